@@ -1,0 +1,155 @@
+"""Benchmark geometric attention weights against softmax attention (forward + backward).
+
+Compares, at identical shapes, ``geometric_attention_weights(logits) @ v`` with ``softmax(logits) @ v``:
+median wall time of forward + backward after warm-up, and the bytes of tensors saved for backward
+during one forward (an estimate of the extra activation memory each method keeps).
+
+Usage: ``python benchmarks/bench_geometric_attention.py [--out FILE] [--repeats R] [--device DEV]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from recombine.models.layers.geometric_attention import geometric_attention_weights
+
+# (N, batch): the batch is reduced at N = 256 to keep the CPU run short; both methods share shapes.
+SHAPES = [(16, 64), (64, 64), (256, 8)]
+HEADS = 4
+D_HEAD = 32
+
+
+def geometric(logits: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return geometric_attention_weights(logits) @ v
+
+
+def softmax(logits: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(logits, dim=-1) @ v
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_fwd_bwd(
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    logits: torch.Tensor,
+    v: torch.Tensor,
+    grad_out: torch.Tensor,
+    warmup: int,
+    repeats: int,
+) -> tuple[float, float]:
+    """Median forward + backward (wall, process CPU) time in milliseconds."""
+    wall, cpu = [], []
+    for step in range(warmup + repeats):
+        _sync(logits.device)
+        start, start_cpu = time.perf_counter(), time.process_time()
+        out = fn(logits, v)
+        torch.autograd.backward(out, grad_out, inputs=[logits, v])
+        _sync(logits.device)
+        if step >= warmup:
+            wall.append((time.perf_counter() - start) * 1e3)
+            cpu.append((time.process_time() - start_cpu) * 1e3)
+        logits.grad = None
+        v.grad = None
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def saved_bytes(
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], logits: torch.Tensor, v: torch.Tensor
+) -> int:
+    """Bytes of distinct tensors autograd saves for backward during one forward.
+
+    Inputs (``logits``, ``v``) are excluded since they exist regardless of the method; tensors are
+    deduplicated by storage so a tensor saved by two ops counts once.
+    """
+    seen: dict[tuple[int, int], int] = {}
+    exclude = {logits.untyped_storage().data_ptr(), v.untyped_storage().data_ptr()}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in exclude:
+            seen[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn(logits, v)
+    del out
+    return sum(seen.values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=str, default=None, help="write results as JSON to this file")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best is kept")
+    parser.add_argument("--device", type=str, default="cpu")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+
+    device = torch.device(args.device)
+    gen = torch.Generator().manual_seed(0)
+    results: dict[str, object] = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+        "dtype": "float32",
+        "heads": HEADS,
+        "d_head": D_HEAD,
+        "per_n": {},
+    }
+    header = (
+        f"{'N':>5} {'batch':>5} {'geom ms':>8} {'sm ms':>7} {'ratio':>6} {'geom cpu':>8} {'sm cpu':>7} "
+        f"{'cpu ratio':>9} {'geom MB':>8} {'sm MB':>7} {'mem ratio':>9}"
+    )
+    print(header)
+    for n, batch in SHAPES:
+        logits = torch.randn(batch, HEADS, n, n, generator=gen).to(device).requires_grad_()
+        v = torch.randn(batch, HEADS, n, D_HEAD, generator=gen).to(device).requires_grad_()
+        grad_out = torch.randn(batch, HEADS, n, D_HEAD, generator=gen).to(device)
+
+        # Interleave the two methods so drifts in machine load affect both alike; keep the best round.
+        geom, soft = [], []
+        for _ in range(args.rounds):
+            geom.append(time_fwd_bwd(geometric, logits, v, grad_out, args.warmup, args.repeats))
+            soft.append(time_fwd_bwd(softmax, logits, v, grad_out, args.warmup, args.repeats))
+        g_ms, s_ms = min(t[0] for t in geom), min(t[0] for t in soft)
+        g_cpu, s_cpu = min(t[1] for t in geom), min(t[1] for t in soft)
+        g_bytes, s_bytes = saved_bytes(geometric, logits, v), saved_bytes(softmax, logits, v)
+        row = {
+            "batch": batch,
+            "geometric_ms": round(g_ms, 3),
+            "softmax_ms": round(s_ms, 3),
+            "ratio": round(g_ms / s_ms, 3),
+            "geometric_cpu_ms": round(g_cpu, 3),
+            "softmax_cpu_ms": round(s_cpu, 3),
+            "cpu_ratio": round(g_cpu / s_cpu, 3),
+            "geometric_saved_bytes": g_bytes,
+            "softmax_saved_bytes": s_bytes,
+            "memory_ratio": round(g_bytes / s_bytes, 3),
+        }
+        results["per_n"][str(n)] = row  # type: ignore[index]
+        print(
+            f"{n:>5} {batch:>5} {g_ms:>8.2f} {s_ms:>7.2f} {row['ratio']:>6.2f} {g_cpu:>8.2f} {s_cpu:>7.2f} "
+            f"{row['cpu_ratio']:>9.2f} "
+            f"{g_bytes / 2**20:>8.2f} {s_bytes / 2**20:>7.2f} {row['memory_ratio']:>9.2f}"
+        )
+
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

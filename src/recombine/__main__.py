@@ -1,0 +1,3 @@
+from recombine.cli import main
+
+raise SystemExit(main())

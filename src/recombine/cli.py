@@ -1,0 +1,169 @@
+"""The ``recombine`` command line: thin, parses and calls the library.
+
+Errors a user can cause print one line (``error: ...``) and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from recombine.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 2 (argparse prints usage too)
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+def _registry_listing(registry: Any, as_json: bool) -> str:
+    entries = registry.entries()
+    if as_json:
+        data = [
+            {
+                "name": e.name,
+                "description": e.description,
+                "config": dataclasses.asdict(e.default_config()),
+            }
+            for e in entries
+        ]
+        return json.dumps(data, indent=2)
+    width = max(len(e.name) for e in entries)
+    return "\n".join(f"{e.name:<{width}}  {e.description}" for e in entries)
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from recombine import tasks
+
+    print(_registry_listing(tasks.TASKS, args.json))
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from recombine import models
+
+    print(_registry_listing(models.MODELS, args.json))
+    return 0
+
+
+def _default_run_dir(config: Any) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{config.task_name}-{config.model_name}-seed{config.seed}-{stamp}"
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from recombine import run_config
+    from recombine.runs.store import RunDir
+    from recombine.train import fit
+
+    if args.resume:
+        run = RunDir(args.resume)
+        if args.overrides or args.recipe:
+            raise UserError("--resume continues a run with its stored config; drop the overrides")
+        config = run_config.resolve(run.read_config())
+        if run.is_complete():
+            print(f"{run.path} is already complete")
+            return 0
+        run_dir, resume = run.path, True
+    else:
+        values = run_config.load_recipe(args.recipe) if args.recipe else {}
+        config = run_config.resolve(run_config.merge(values, run_config.parse_overrides(args.overrides)))
+        run_dir = Path(args.run_dir) if args.run_dir else _default_run_dir(config)
+        if (run_dir / "metrics.jsonl").exists():
+            raise UserError(f"{run_dir} already holds a run; continue it with --resume {run_dir}")
+        resume = False
+    print(f"run directory: {run_dir}", file=sys.stderr)
+    result = fit(config, run_dir, resume=resume, progress=not args.no_progress)
+    selected = ", ".join(f"{k} {v:.4f}" for k, v in result["selected"].items())
+    print(f"done: step {result['best_step']} selected by {result['selection_split']}: {selected}")
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from recombine import experiments
+    from recombine.experiments.reproduction import run_grid
+    from recombine.runs.report import render_reproduction
+
+    reproduction = experiments.get(args.name)
+    if args.seeds < 1:
+        raise UserError("--seeds must be >= 1")
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("runs") / f"reproduce-{args.name}" + ("-quick" if args.quick else "")
+    )
+    run_grid(
+        reproduction,
+        out,
+        seeds=args.seeds,
+        quick=args.quick,
+        jobs=args.jobs,
+        on_event=lambda message: print(message, file=sys.stderr, flush=True),
+    )
+    print(render_reproduction(out))
+    print(f"report: {out / 'report.md'}, data: {out / 'results.json'}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from recombine.runs.report import render
+
+    print(render(Path(args.path)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="recombine", description="compositional generalization laboratory")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    for name, handler, what in (("tasks", cmd_tasks, "tasks"), ("models", cmd_models, "models")):
+        sub = commands.add_parser(name, help=f"list registered {what}")
+        sub.add_argument("--json", action="store_true", help="machine-readable output with config fields")
+        sub.set_defaults(handler=handler)
+
+    train = commands.add_parser(
+        "train", help="train one run: recombine train task=ctl model=ndr train.steps=3000"
+    )
+    train.add_argument("items", nargs="*", help="an optional recipe.yaml, then key=value overrides")
+    train.add_argument(
+        "--run-dir", help="where to store the run (default runs/<task>-<model>-seed<k>-<time>)"
+    )
+    train.add_argument("--resume", metavar="RUN", help="continue an interrupted run from its last checkpoint")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(handler=cmd_train)
+
+    reproduce = commands.add_parser("reproduce", help="run a paper table at CPU scale and write a report")
+    reproduce.add_argument("name", help="reproduction name, e.g. ndr-ctl")
+    reproduce.add_argument("--seeds", type=int, default=3)
+    reproduce.add_argument(
+        "--quick", action="store_true", help="a few hundred steps: checks the pipeline only"
+    )
+    reproduce.add_argument("--out", help="output directory (default runs/reproduce-NAME)")
+    reproduce.add_argument("--jobs", type=int, default=1, help="runs in parallel (each on one thread)")
+    reproduce.set_defaults(handler=cmd_reproduce)
+
+    report = commands.add_parser("report", help="re-render the report of a run or reproduction directory")
+    report.add_argument("path")
+    report.set_defaults(handler=cmd_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "train":
+        items = list(args.items)
+        args.recipe = items.pop(0) if items and items[0].endswith((".yaml", ".yml")) else None
+        args.overrides = items
+    try:
+        return args.handler(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: resume with `recombine train --resume RUN`", file=sys.stderr)
+        return 130

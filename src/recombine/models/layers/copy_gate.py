@@ -1,0 +1,31 @@
+"""The copy gate (thesis 5.1.1, eqs. 5.3-5.5): lets a column skip a whole layer.
+
+``g = sigmoid(FFN_gate(a))`` (eq. 5.3) and ``h_next = g * u + (1 - g) * h`` (eq. 5.4). The final
+gate bias starts at -3 so that, initially, layers barely update and gradients flow through the
+copy path (thesis 5.1.1).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+GATE_BIAS_INIT = -3.0
+
+
+class CopyGate(nn.Module):
+    def __init__(self, d_model: int, bias_init: float = GATE_BIAS_INIT) -> None:
+        super().__init__()
+        # eq. 5.5 with W_1^gate, W_2^gate in R^{d x d}
+        self.ffn = nn.Sequential(nn.Linear(d_model, d_model), nn.ReLU(), nn.Linear(d_model, d_model))
+        nn.init.constant_(self.ffn[-1].bias, bias_init)
+
+    def gate(self, attended: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.ffn(attended))  # eq. 5.3
+
+    def forward(
+        self, attended: torch.Tensor, update: torch.Tensor, previous: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return the gated state (eq. 5.4) and the gate values (for inspection)."""
+        g = self.gate(attended)
+        return g * update + (1 - g) * previous, g

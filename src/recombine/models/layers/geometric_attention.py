@@ -1,0 +1,232 @@
+"""Geometric attention of the Neural Data Router (Csordás PhD thesis, Sec. 5.1.2).
+
+Each query ``i`` scores every key ``j`` independently with a sigmoid (thesis eq. 5.6 / 5.10),
+``P[i, j] = sigmoid(logits[i, j])``, and the attention weight is the probability that ``j`` is the
+*closest* matching key (thesis eq. 5.7)::
+
+    A[i, j] = P[i, j] * prod_{k in S_ij} (1 - P[i, k])
+
+where ``S_ij`` holds the keys strictly closer to ``i`` than ``j`` (thesis eq. 5.8). At equal distance
+the key to the right of ``i`` counts as closer. The diagonal is zeroed and never enters a product.
+
+Implementation: for every query row the keys are visited in closeness order
+``i, i+1, i-1, i+2, i-2, ...`` (out-of-range positions skipped, so each row is a permutation of
+``0..N-1``). Putting ``i`` itself first (with ``log(1 - P[i, i])`` forced to 0) makes
+``S_ij`` exactly the set of keys visited before ``j``, so the product is an exclusive cumulative sum
+of ``log(1 - P)`` along that order. Everything is computed in log space; time and memory are O(N^2).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+__all__ = ["GeometricSelfAttention", "geometric_attention_weights"]
+
+
+class _ClosenessIndex(NamedTuple):
+    """Index tensors (``[N, N]``, int64) encoding the closeness order of thesis eq. 5.8 for every query.
+
+    Row ``i`` visits the keys in the order ``i, i+1, i-1, i+2, i-2, ...`` (out-of-range positions
+    skipped, so every row is a permutation of ``0..N-1``); ``order[i, r]`` is the key visited at step
+    ``r`` and ``rank[i, j]`` the step at which key ``j`` is visited. Visiting ``i`` first (its term is
+    forced to 0) makes ``S_ij`` exactly the set of keys visited before ``j``.
+    """
+
+    shifted_order: torch.Tensor  # order shifted right by one step: [i, order[i, 0], ..., order[i, N-2]]
+    rank: torch.Tensor  # inverse permutation of order
+    reversed_order: torch.Tensor  # order[i, N-1-r]
+    reversed_rank: torch.Tensor  # N-1-rank: inverse permutation of reversed_order
+
+
+@functools.lru_cache(maxsize=64)
+def _closeness_index(n: int, device: torch.device) -> _ClosenessIndex:
+    with torch.inference_mode(False):  # cached: must stay usable by autograd after an inference call
+        pos = torch.arange(n, device=device)
+        offset = pos[None, :] - pos[:, None]  # j - i
+        # Step in the infinite visiting sequence i, i+1, i-1, i+2, i-2, ...: a key right of i at
+        # distance d comes at 2d - 1, a key left of i at 2d. Ties thus go to the right (thesis eq. 5.8).
+        step = torch.where(offset > 0, 2 * offset - 1, -2 * offset)
+        order = torch.argsort(step, dim=-1)  # steps are distinct within a row
+        rank = torch.argsort(order, dim=-1)
+        return _ClosenessIndex(
+            shifted_order=torch.cat([pos[:, None], order[:, :-1]], dim=-1),
+            rank=rank,
+            reversed_order=order.flip(-1),
+            reversed_rank=n - 1 - rank,
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _diagonal_bias(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``[n, n]`` additive bias, -inf on the diagonal and 0 elsewhere."""
+    with torch.inference_mode(False):
+        return torch.zeros(n, n, device=device, dtype=dtype).fill_diagonal_(-math.inf)
+
+
+@functools.lru_cache(maxsize=64)
+def _upper_triangle(n: int, device: torch.device) -> torch.Tensor:
+    """Bool ``[n, n]`` mask, True where ``i <= j`` (query i = row, key j = column)."""
+    with torch.inference_mode(False):
+        return torch.ones(n, n, dtype=torch.bool, device=device).triu()
+
+
+def _gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``out[..., i, r] = x[..., i, index[i, r]]`` for an ``[N, N]`` index shared by all batch dims."""
+    return torch.gather(x, -1, index.expand(x.shape))
+
+
+class _GeometricWeights(torch.autograd.Function):
+    """Thesis eq. 5.7 in log space with a hand-written backward.
+
+    With ``x`` the logits (excluded keys at -inf), ``sp = softplus(x) = -log(1 - P)`` and
+    ``c[i, j] = sum_{k in S_ij} sp[i, k]``: ``log A = log P - c = x - sp - c``.
+
+    Backward: with ``G = dL/dA * A`` (gradient w.r.t. ``log A``), ``dlog P/dx = 1 - P`` and
+    ``dlog(1 - P)/dx = -P``, the gradient is ``dL/dx[i, k] = G[i, k] - P[i, k] * R[i, k]`` where
+    ``R[i, k] = sum_{j : k in S_ij or j = k} G[i, j]`` is a reversed inclusive cumsum along the
+    closeness order. Only ``A`` (which ``A @ V`` saves anyway) and the inputs are kept for backward.
+    Half-precision inputs are computed in float32.
+    """
+
+    @staticmethod
+    def forward(logits: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        index = _closeness_index(logits.shape[-1], logits.device)
+        dtype = _compute_dtype(logits.dtype)
+        x = torch.add(logits.to(dtype), bias)  # excluded keys -> -inf: log P = -inf, log(1 - P) = 0
+        sp = F.softplus(x)  # thesis eq. 5.6: -log(1 - P) = softplus(x)
+        # thesis eq. 5.7/5.8: c = exclusive cumsum of -log(1 - P) along the closeness order of each row.
+        reordered = _gather_rows(sp, index.shifted_order).cumsum_(-1)
+        log_a = x.sub_(sp)  # log P
+        c = torch.gather(reordered, -1, index.rank.expand(reordered.shape), out=sp)
+        log_a.sub_(c)  # thesis eq. 5.7: log A = log P + sum_{k in S_ij} log(1 - P_ik)
+        # Weights below sqrt(smallest normal float) (~1e-19 in float32, ~1e-154 in float64) are flushed
+        # to exactly 0. Denormal numbers in A, or in dL/dA * A in the backward, make exp, A @ V and the
+        # backward several times slower on CPUs; exp's underflow / -inf path is slow as well, so exp only
+        # sees clamped inputs and the clamped entries are zeroed afterwards.
+        floor = 0.5 * math.log(torch.finfo(dtype).tiny)
+        a = F.threshold_(log_a.clamp_min_(floor).exp_(), math.exp(floor + 0.5), 0.0)
+        return a.to(logits.dtype)
+
+    @staticmethod
+    def setup_context(ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: torch.Tensor) -> None:
+        logits, bias = inputs
+        ctx.save_for_backward(logits, bias, output)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad_a: torch.Tensor) -> tuple:  # type: ignore[override]
+        logits, bias, a = ctx.saved_tensors
+        index = _closeness_index(logits.shape[-1], logits.device)
+        dtype = _compute_dtype(logits.dtype)
+        g = torch.mul(grad_a.to(dtype), a)  # gradient w.r.t. log A
+        r = _gather_rows(_gather_rows(g, index.reversed_order).cumsum_(-1), index.reversed_rank)
+        p = torch.add(logits.to(dtype), bias).sigmoid_()  # P; 0 for excluded keys, so they get no gradient
+        return g.addcmul_(p, r, value=-1.0).to(logits.dtype), None
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def geometric_attention_weights(
+    logits: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Geometric attention weights from pre-sigmoid match scores.
+
+    Args:
+        logits: ``[..., N, N]`` pre-sigmoid scores; dim -2 indexes queries ``i``, dim -1 keys ``j``.
+        key_padding_mask: optional bool ``[..., N]`` (broadcastable to the batch dims of ``logits``),
+            True marks a padded key. Padded keys get ``P = 0``: zero weight and no effect on the
+            weights of other keys.
+
+    Returns:
+        ``A`` of the same shape as ``logits``, ``A[i, j] = P[i, j] * prod_{k in S_ij} (1 - P[i, k])``
+        with a zero diagonal. Rows sum to at most 1 (not normalised).
+    """
+    n = logits.shape[-1]
+    if logits.shape[-2] != n:
+        raise ValueError(f"geometric attention needs square [..., N, N] logits, got {tuple(logits.shape)}")
+    # Keys that never enter any product and get zero weight (P = 0): the diagonal (thesis, below
+    # eq. 5.8) and padded keys. Implemented as an additive -inf bias on the logits.
+    bias = _diagonal_bias(n, logits.device, _compute_dtype(logits.dtype))
+    if key_padding_mask is not None:
+        pad = torch.zeros(key_padding_mask.shape, device=logits.device, dtype=bias.dtype)
+        bias = bias + pad.masked_fill_(key_padding_mask.to(torch.bool), -math.inf).unsqueeze(-2)
+    return _GeometricWeights.apply(logits, bias)
+
+
+class GeometricSelfAttention(nn.Module):
+    """Multi-head geometric self-attention with directional encoding (thesis eqs. 5.6-5.10).
+
+    Per head ``h`` (thesis eq. 5.10)::
+
+        P_ij = sigmoid(alpha_h * (W_q h_i + b_q)^T W_k h_j + beta_h * D_ij + gamma_h)
+        D_ij = W_LR h_i + b_LR  if i <= j  else  W_RL h_i + b_RL       (thesis eq. 5.9)
+
+    ``alpha``, ``beta``, ``gamma`` are learned per head, initialised to ``1/sqrt(d_head)``, 1, 0.
+    Dropout is applied to the content query only (thesis App. D.3.3). The output of each head is
+    ``A @ V`` with the (unnormalised) geometric weights ``A``, followed by the output projection.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+
+        self.query = nn.Linear(d_model, d_model)  # W_q, b_q
+        self.key = nn.Linear(d_model, d_model, bias=False)  # W_{k,E} (no bias in eq. 5.10)
+        self.value = nn.Linear(d_model, d_model)  # W_v
+        self.out = nn.Linear(d_model, d_model)  # W_o
+        # thesis eq. 5.9: [W_LR; W_RL] with biases [b_LR; b_RL], one scalar per head each.
+        self.direction = nn.Linear(d_model, 2 * n_heads)
+
+        self.alpha = nn.Parameter(torch.full((n_heads,), 1.0 / math.sqrt(self.d_head)))
+        self.beta = nn.Parameter(torch.ones(n_heads))
+        self.gamma = nn.Parameter(torch.zeros(n_heads))
+        self.query_dropout = nn.Dropout(dropout)
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.n_heads, self.d_head).transpose(1, 2)  # [B, H, N, d_head]
+
+    def forward(
+        self, h: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Args:
+            h: ``[B, N, d_model]`` input states.
+            key_padding_mask: optional bool ``[B, N]``, True marks padding.
+
+        Returns:
+            ``(out [B, N, d_model], attention [B, n_heads, N, N])``.
+        """
+        b, n, _ = h.shape
+        q = self._split_heads(self.query_dropout(self.query(h)))
+        k = self._split_heads(self.key(h))
+        v = self._split_heads(self.value(h))
+
+        # thesis eq. 5.9: D_ij uses the LR projection for i <= j and the RL projection for i > j.
+        direction = self.direction(h).view(b, n, 2, self.n_heads).permute(2, 0, 3, 1)  # [2, B, H, N]
+        d_lr, d_rl = direction[0].unsqueeze(-1), direction[1].unsqueeze(-1)  # [B, H, N, 1]
+        d = torch.where(_upper_triangle(n, h.device), d_lr, d_rl)
+
+        # thesis eq. 5.10
+        logits = (
+            self.alpha[:, None, None] * (q @ k.transpose(-1, -2))
+            + self.beta[:, None, None] * d
+            + self.gamma[:, None, None]
+        )
+        mask = key_padding_mask[:, None, :] if key_padding_mask is not None else None  # [B, 1, N]
+        attention = geometric_attention_weights(logits, mask)
+
+        out = (attention @ v).transpose(1, 2).reshape(b, n, self.d_model)
+        return self.out(out), attention

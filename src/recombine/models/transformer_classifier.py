@@ -1,0 +1,118 @@
+"""Transformer encoder classifiers, from the plain Transformer to the Neural Data Router.
+
+One model, assembled by flags (thesis ch. 5, Tab. 5.1 rows):
+
+============================  ===============  =========  ============
+preset                        attention        copy gate  PE
+============================  ===============  =========  ============
+``transformer``               softmax          no         absolute (first layer only)
+``transformer_rel``           relative (XL)    no         relative
+``transformer_rel_gate``      relative (XL)    yes        relative
+``transformer_absrel_gate``   gated abs/rel    yes        gated (eq. D.7)
+``transformer_geom``          geometric        no         direction (eq. 5.9)
+``ndr``                       geometric        yes        direction (eq. 5.9)
+============================  ===============  =========  ============
+
+Each input gets a begin (B) and end (E) token; the prediction is read from the last column
+(the E token) of the final layer (thesis D.3.3), or the first column with ``readout="first"``.
+With shared layers (``shared_layers=True``, Universal-Transformer style, no ACT) the number of
+steps can be raised at test time with ``test_layers`` (thesis D.3.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from recombine.errors import UserError, choices_hint
+from recombine.models.layers.encoder_layer import ATTENTION_KINDS, EncoderLayer
+from recombine.models.layers.positional import sinusoidal_embedding
+from recombine.tasks.base import TaskSpec
+
+
+@dataclass
+class TransformerClassifierConfig:
+    d_model: int = 128
+    n_heads: int = 4
+    d_ff: int = 256
+    n_layers: int = 8
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    attention: str = "softmax"
+    copy_gate: bool = False
+    shared_layers: bool = True
+    readout: str = "last"
+    test_layers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.attention not in ATTENTION_KINDS:
+            raise UserError(
+                f"unknown model.attention {self.attention!r}; {choices_hint(self.attention, ATTENTION_KINDS)}"
+            )
+        if self.readout not in ("first", "last"):
+            raise UserError(f"unknown model.readout {self.readout!r}; valid choices: last, first")
+        if self.d_model % self.n_heads:
+            raise UserError(f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}")
+        if self.n_layers < 1:
+            raise UserError(f"model.n_layers must be >= 1, got {self.n_layers}")
+        if self.test_layers and not self.shared_layers:
+            raise UserError(
+                "model.test_layers needs model.shared_layers=true (unshared layers cannot be repeated)"
+            )
+
+
+class TransformerClassifier(nn.Module):
+    def __init__(self, spec: TaskSpec, config: TransformerClassifierConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.begin_id, self.end_id = spec.input_vocab_size, spec.input_vocab_size + 1
+        self.embedding = nn.Embedding(spec.input_vocab_size + 2, config.d_model)
+        self.absolute_positions = config.attention == "softmax"
+
+        def make_layer() -> EncoderLayer:
+            return EncoderLayer(
+                config.d_model,
+                config.n_heads,
+                config.d_ff,
+                config.dropout,
+                config.attention,
+                config.copy_gate,
+                config.attention_dropout,
+            )
+
+        n_modules = 1 if config.shared_layers else config.n_layers
+        self.layers = nn.ModuleList(make_layer() for _ in range(n_modules))
+        self.readout = nn.Linear(config.d_model, spec.n_classes)
+
+    def n_steps(self) -> int:
+        if not self.training and self.config.test_layers:
+            return self.config.test_layers
+        return self.config.n_layers
+
+    def _with_boundary_tokens(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``B x1 .. xn E <pad>..``: begin at column 0, end right after each sequence."""
+        batch = tokens.shape[0]
+        framed = torch.nn.functional.pad(tokens, (1, 1))
+        framed[:, 0] = self.begin_id
+        framed[torch.arange(batch, device=tokens.device), lengths + 1] = self.end_id
+        return framed
+
+    def forward(
+        self, tokens: torch.Tensor, lengths: torch.Tensor, return_internals: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+        framed = self._with_boundary_tokens(tokens, lengths)
+        columns = torch.arange(framed.shape[1], device=tokens.device)
+        padding = columns[None, :] > (lengths + 1)[:, None]
+        h = self.embedding(framed)
+        if self.absolute_positions:  # PE only at the first layer (universal transformer)
+            h = h + sinusoidal_embedding(columns, self.config.d_model)
+        internals = []
+        for step in range(self.n_steps()):
+            h, info = self.layers[step % len(self.layers)](h, padding)
+            if return_internals:
+                internals.append(info)
+        read_column = lengths + 1 if self.config.readout == "last" else torch.zeros_like(lengths)
+        logits = self.readout(h[torch.arange(h.shape[0], device=h.device), read_column])
+        return (logits, internals) if return_internals else logits

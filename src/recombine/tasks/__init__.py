@@ -1,0 +1,26 @@
+"""Task registry: ``recombine.tasks.get("ctl", seed=1, direction="backward")``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recombine.config_validation import build_config
+from recombine.registry import Registry
+from recombine.tasks.base import ClassificationSplit, TaskData, TaskSpec, Vocabulary
+
+TASKS: Registry = Registry("task")
+
+
+def get(name: str, seed: int = 0, **config: Any) -> TaskData:
+    """Build (or load from cache) task ``name`` with config overrides and a seed."""
+    entry = TASKS.get(name)
+    return entry.factory(build_config(entry, config, section="task"), seed)
+
+
+def names() -> list[str]:
+    return TASKS.names()
+
+
+from recombine.tasks import ctl as _ctl  # noqa: E402,F401  (registers the task)
+
+__all__ = ["TASKS", "ClassificationSplit", "TaskData", "TaskSpec", "Vocabulary", "get", "names"]

@@ -1,0 +1,216 @@
+"""The supervised training loop (classification now; seq2seq and regression slot in as new
+``loss_and_predictions`` / metric pairs).
+
+Model selection follows thesis 4.2.2 / D.3.3: evaluate every ``eval_every`` steps on every
+validation and test split, select the checkpoint with the best *accuracy* on the OOD validation
+split (``valid_ood``), and report the test accuracies of that checkpoint.
+
+Determinism: parameters are initialised after ``torch.manual_seed(seed)``, batches come from a
+dedicated ``torch.Generator``, and the checkpoint stores both RNG states, so a run resumed from
+``last.pt`` continues exactly as the uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from recombine import models, tasks
+from recombine.run_config import RunConfig
+from recombine.runs.store import RunDir
+from recombine.tasks.base import TaskData
+from recombine.train.batching import PaddedSplit
+from recombine.train.schedules import lr_multiplier
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+def build_task(config: RunConfig) -> TaskData:
+    return tasks.TASKS.get(config.task_name).factory(config.task, config.seed)
+
+
+def build_model(config: RunConfig, task: TaskData) -> nn.Module:
+    return models.MODELS.get(config.model_name).factory(task.spec, config.model)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, split: PaddedSplit, batch_size: int) -> dict[str, Any]:
+    """Accuracy, mean loss, and accuracy per depth (task-defined difficulty) on a whole split."""
+    was_training = model.training
+    model.eval()
+    correct = torch.zeros(len(split), dtype=torch.bool)
+    total_loss, start = 0.0, 0
+    for tokens, lengths, targets in split.sequential_batches(batch_size):
+        logits = model(tokens, lengths)
+        total_loss += nn.functional.cross_entropy(logits, targets, reduction="sum").item()
+        correct[start : start + len(targets)] = logits.argmax(-1) == targets
+        start += len(targets)
+    model.train(was_training)
+    per_depth = {
+        str(int(d)): correct[split.depth == d].float().mean().item() for d in torch.unique(split.depth)
+    }
+    return {
+        "accuracy": correct.float().mean().item(),
+        "loss": total_loss / len(split),
+        "per_depth": per_depth,
+    }
+
+
+def fit(
+    config: RunConfig, run_dir: str | Path, *, resume: bool = False, progress: bool = True
+) -> dict[str, Any]:
+    """Train one run into ``run_dir`` (resuming from its ``last.pt`` when ``resume``)."""
+    run = RunDir(run_dir)
+    train_cfg = config.train
+    if train_cfg.threads:
+        torch.set_num_threads(train_cfg.threads)
+    run.write_config(config.to_dict())
+
+    task = build_task(config)
+    splits = {name: PaddedSplit.from_split(split) for name, split in task.splits.items()}
+    selection = task.selection_split
+
+    torch.manual_seed(config.seed)
+    model = build_model(config, task)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_multiplier(train_cfg.schedule, train_cfg.warmup_steps, train_cfg.steps)
+    )
+    batch_generator = torch.Generator().manual_seed(config.seed)
+    step, best_accuracy, best_step, elapsed = 0, -1.0, -1, 0.0
+
+    if resume and run.has_checkpoint("last"):
+        state = run.load_checkpoint("last")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        batch_generator.set_state(state["batch_rng"])
+        torch.set_rng_state(state["torch_rng"])
+        step, best_accuracy, best_step, elapsed = (
+            state["step"],
+            state["best_accuracy"],
+            state["best_step"],
+            state["elapsed_s"],
+        )
+        run.truncate_metrics(step)
+    elif run.metrics_path.exists():
+        run.metrics_path.unlink()  # a fresh start (or a resume before the first checkpoint)
+
+    from torch.utils.tensorboard import SummaryWriter  # slow import: only when training
+
+    writer = SummaryWriter(str(run.path / "events"), purge_step=step if step else None)
+
+    def checkpoint_state() -> dict[str, Any]:
+        return {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "batch_rng": batch_generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "step": step,
+            "best_accuracy": best_accuracy,
+            "best_step": best_step,
+            "elapsed_s": elapsed,
+            "config": config.to_dict(),
+        }
+
+    model.train()
+    window_loss, window_correct, window_count, window_start = 0.0, 0, 0, time.perf_counter()
+    session_start = time.perf_counter() - elapsed
+    bar = tqdm(total=train_cfg.steps, initial=step, disable=not progress, desc=run.path.name, leave=False)
+    try:
+        while step < train_cfg.steps:
+            tokens, lengths, targets = splits["train"].random_batch(train_cfg.batch_size, batch_generator)
+            logits = model(tokens, lengths)
+            loss = nn.functional.cross_entropy(logits, targets)
+            if not math.isfinite(loss.item()):
+                run.write_result({"status": "diverged", "step": step + 1, "last_good_step": _last_step(run)})
+                raise TrainingDiverged(
+                    f"loss became {loss.item()} at step {step + 1}; the last good checkpoint "
+                    f"(step {_last_step(run)}) is kept in {run.checkpoint_path('last')}"
+                )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if train_cfg.grad_clip > 0:
+                nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            bar.update(1)
+
+            window_loss += loss.item() * len(targets)
+            window_correct += int((logits.argmax(-1) == targets).sum())
+            window_count += len(targets)
+            if step % train_cfg.log_every == 0 or step == train_cfg.steps:
+                seconds = time.perf_counter() - window_start
+                record = {
+                    "step": step,
+                    "kind": "train",
+                    "loss": window_loss / window_count,
+                    "accuracy": window_correct / window_count,
+                    "lr": scheduler.get_last_lr()[0],
+                    "examples_per_s": window_count / max(seconds, 1e-9),
+                }
+                run.append_metrics(record)
+                for key in ("loss", "accuracy", "lr", "examples_per_s"):
+                    writer.add_scalar(f"train/{key}", record[key], step)
+                bar.set_postfix(
+                    loss=f"{record['loss']:.3f}",
+                    acc=f"{record['accuracy']:.3f}",
+                    ex_s=f"{record['examples_per_s']:.0f}",
+                )
+                window_loss, window_correct, window_count, window_start = 0.0, 0, 0, time.perf_counter()
+
+            if step % train_cfg.eval_every == 0 or step == train_cfg.steps:
+                results = {
+                    name: evaluate(model, splits[name], train_cfg.eval_batch_size)
+                    for name in task.evaluation_splits
+                }
+                run.append_metrics({"step": step, "kind": "eval", "splits": results})
+                for name, values in results.items():
+                    writer.add_scalar(f"{name}/accuracy", values["accuracy"], step)
+                    writer.add_scalar(f"{name}/loss", values["loss"], step)
+                elapsed = time.perf_counter() - session_start
+                if results[selection]["accuracy"] > best_accuracy:
+                    best_accuracy, best_step = results[selection]["accuracy"], step
+                    run.save_checkpoint("best", checkpoint_state())
+                run.save_checkpoint("last", checkpoint_state())
+                writer.flush()
+    finally:
+        bar.close()
+        writer.close()
+
+    result = summarise(run, selection)
+    result["wall_time_s"] = time.perf_counter() - session_start
+    run.write_result(result)
+    return result
+
+
+def _last_step(run: RunDir) -> int:
+    evals = [r["step"] for r in run.read_metrics() if r.get("kind") == "eval"]
+    return evals[-1] if evals else 0
+
+
+def summarise(run: RunDir, selection: str) -> dict[str, Any]:
+    """The selected checkpoint's accuracies (first best on ``selection``) and the last ones."""
+    evals = [r for r in run.read_metrics() if r.get("kind") == "eval"]
+    if not evals:
+        raise ValueError(f"{run.path} has no evaluation records")
+    best = max(evals, key=lambda r: (r["splits"][selection]["accuracy"], -r["step"]))
+    return {
+        "status": "completed",
+        "steps": evals[-1]["step"],
+        "selection_split": selection,
+        "best_step": best["step"],
+        "selected": {name: values["accuracy"] for name, values in best["splits"].items()},
+        "selected_per_depth": {name: values["per_depth"] for name, values in best["splits"].items()},
+        "last": {name: values["accuracy"] for name, values in evals[-1]["splits"].items()},
+    }

@@ -1,0 +1,203 @@
+"""Tests for geometric attention (Csordás PhD thesis, Sec. 5.1.2, eqs. 5.6-5.10)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from recombine.models.layers.geometric_attention import GeometricSelfAttention, geometric_attention_weights
+
+
+def closer_set(i: int, j: int, n: int) -> list[int]:
+    """S_ij of thesis eq. 5.8, literally."""
+    if j > i:
+        return [k for k in range(n) if k not in (i, j) and abs(i - k) < abs(i - j)]
+    return [k for k in range(n) if k not in (i, j) and abs(i - k) <= abs(i - j)]
+
+
+def naive_geometric_attention_weights(logits: torch.Tensor) -> torch.Tensor:
+    """Thesis eqs. 5.6-5.8 with explicit products over every (query, key) pair; [..., N, N]."""
+    p = torch.sigmoid(logits)
+    n = logits.shape[-1]
+    rows = []
+    for i in range(n):
+        row = []
+        for j in range(n):
+            if i == j:
+                row.append(p[..., i, j] * 0)  # zeroed diagonal
+                continue
+            closer = torch.tensor(closer_set(i, j, n), dtype=torch.long)
+            row.append(p[..., i, j] * (1 - p[..., i, closer]).prod(-1))
+        rows.append(torch.stack(row, dim=-1))
+    return torch.stack(rows, dim=-2)
+
+
+def _logits(*shape: int, seed: int = 0, scale: float = 2.0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return (scale * torch.randn(*shape, generator=gen, dtype=torch.float64)).requires_grad_()
+
+
+def test_closer_set_matches_thesis_figure() -> None:
+    # Fig. 5.2/Right (N = 5, query in the middle): order i+1, i-1, i+2, i-2.
+    assert closer_set(2, 3, 5) == []
+    assert closer_set(2, 1, 5) == [3]
+    assert closer_set(2, 4, 5) == [1, 3]
+    assert closer_set(2, 0, 5) == [1, 3, 4]
+
+
+@pytest.mark.parametrize("n", range(1, 13))
+def test_values_match_naive(n: int) -> None:
+    x = _logits(3, n, n, seed=n)
+    torch.testing.assert_close(
+        geometric_attention_weights(x), naive_geometric_attention_weights(x), rtol=1e-10, atol=1e-12
+    )
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 13, 40])
+def test_values_and_gradients_match_naive(n: int) -> None:
+    x = _logits(2, n, n, seed=100 + n)
+    weight = torch.randn(2, n, n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
+    fast = geometric_attention_weights(x)
+    ref = naive_geometric_attention_weights(x)
+    torch.testing.assert_close(fast, ref, rtol=1e-10, atol=1e-12)
+    (g_fast,) = torch.autograd.grad((fast * weight).sum(), x)
+    (g_ref,) = torch.autograd.grad((ref * weight).sum(), x)
+    torch.testing.assert_close(g_fast, g_ref, rtol=1e-9, atol=1e-12)
+
+
+def test_ties_prefer_right() -> None:
+    # With P = 1 everywhere the query attends only to its closest key; at distance 1 that is i+1.
+    a = geometric_attention_weights(torch.full((5, 5), 50.0, dtype=torch.float64))
+    assert a[2, 3] == pytest.approx(1.0)
+    assert a[2, 1] == pytest.approx(0.0, abs=1e-15)
+    # Every row picks i+1, except the last, which can only go left.
+    expected = torch.zeros(5, 5, dtype=torch.float64)
+    expected[torch.arange(4), torch.arange(1, 5)] = 1.0
+    expected[4, 3] = 1.0
+    torch.testing.assert_close(a, expected, rtol=0, atol=1e-15)
+
+
+def test_zero_diagonal_and_rows_sum_to_at_most_one() -> None:
+    a = geometric_attention_weights(_logits(4, 3, 9, 9, seed=7))
+    assert torch.all(torch.diagonal(a, dim1=-2, dim2=-1) == 0)
+    assert torch.all(a >= 0)
+    assert torch.all(a.sum(-1) <= 1 + 1e-12)
+
+
+def test_diagonal_logit_has_no_effect() -> None:
+    x = _logits(9, 9, seed=3).detach()
+    y = x.clone()
+    y.diagonal().fill_(50.0)
+    torch.testing.assert_close(geometric_attention_weights(x), geometric_attention_weights(y))
+
+
+def test_batch_and_head_dims() -> None:
+    x = _logits(2, 3, 7, 7, seed=11)
+    a = geometric_attention_weights(x)
+    assert a.shape == (2, 3, 7, 7)
+    torch.testing.assert_close(a[1, 2], geometric_attention_weights(x[1, 2]), rtol=0, atol=0)
+
+
+def test_padding() -> None:
+    b, h, n = 3, 2, 10
+    lengths = [10, 6, 1]
+    x = _logits(b, h, n, n, seed=5)
+    mask = torch.arange(n)[None, :] >= torch.tensor(lengths)[:, None]  # [B, N]
+    a = geometric_attention_weights(x, mask[:, None, :])
+    for bi, length in enumerate(lengths):
+        # Padded keys get zero weight ...
+        assert torch.all(a[bi, :, :, length:] == 0)
+        # ... and the other weights are as if the sequence were only the unpadded prefix.
+        prefix = geometric_attention_weights(x[bi, :, :length, :length])
+        torch.testing.assert_close(a[bi, :, :length, :length], prefix, rtol=1e-12, atol=1e-15)
+    weight = torch.randn(b, h, n, n, dtype=torch.float64)
+    (grad,) = torch.autograd.grad((a * weight).sum(), x)
+    assert torch.isfinite(grad).all()
+    assert torch.all(grad[1, :, :, 6:] == 0)
+
+
+def test_padding_mask_broadcasts_over_heads() -> None:
+    x = _logits(2, 4, 6, 6, seed=9).detach()
+    mask = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
+    a_bcast = geometric_attention_weights(x, mask[:, None, :])
+    a_full = geometric_attention_weights(x, mask[:, None, None, :].expand(2, 4, 6, 6)[..., 0, :])
+    torch.testing.assert_close(a_bcast, a_full, rtol=0, atol=0)
+
+
+def test_extreme_logits_are_finite() -> None:
+    gen = torch.Generator().manual_seed(0)
+    sign = torch.randint(0, 2, (16, 4, 64, 64), generator=gen).float() * 2 - 1
+    x = (50.0 * sign).requires_grad_()
+    a = geometric_attention_weights(x)
+    assert torch.isfinite(a).all()
+    (grad,) = torch.autograd.grad((a * torch.randn(a.shape, generator=gen)).sum(), x)
+    assert torch.isfinite(grad).all()
+    # float32 agrees with float64 on extreme inputs.
+    a64 = geometric_attention_weights(x.detach().double())
+    torch.testing.assert_close(a.detach().double(), a64, rtol=1e-5, atol=1e-6)
+
+
+def test_module_shapes_and_padding() -> None:
+    torch.manual_seed(0)
+    layer = GeometricSelfAttention(d_model=16, n_heads=4, dropout=0.1)
+    h = torch.randn(3, 7, 16)
+    mask = torch.zeros(3, 7, dtype=torch.bool)
+    mask[1, 5:] = True
+    out, attention = layer(h, key_padding_mask=mask)
+    assert out.shape == (3, 7, 16)
+    assert attention.shape == (3, 4, 7, 7)
+    assert torch.all(attention[1, :, :, 5:] == 0)
+    out.sum().backward()
+    assert all(p.grad is not None for p in layer.parameters())
+
+
+def test_module_initialisation() -> None:
+    layer = GeometricSelfAttention(d_model=32, n_heads=4)
+    torch.testing.assert_close(layer.alpha, torch.full((4,), 8**-0.5))  # d_head = 8
+    torch.testing.assert_close(layer.beta, torch.ones(4))
+    torch.testing.assert_close(layer.gamma, torch.zeros(4))
+
+
+def test_directional_encoding_attends_right() -> None:
+    torch.manual_seed(0)
+    d_model, n_heads, n = 8, 2, 6
+    layer = GeometricSelfAttention(d_model, n_heads)
+    with torch.no_grad():
+        layer.query.weight.zero_()
+        layer.key.weight.zero_()
+        layer.direction.weight.zero_()
+        layer.direction.bias[:n_heads] = 10.0  # b_LR >> 0: keys j >= i match
+        layer.direction.bias[n_heads:] = -10.0  # b_RL << 0: keys j < i do not match
+        layer.beta.fill_(5.0)
+    _, attention = layer(torch.randn(2, n, d_model))
+    left = torch.ones(n, n, dtype=torch.bool).tril(-1)
+    assert attention[..., left].abs().max() < 1e-20
+    # Every query except the last attends (almost) entirely to its right neighbour.
+    right_neighbour = attention[..., torch.arange(n - 1), torch.arange(1, n)]
+    assert torch.all(right_neighbour > 0.999)
+    # The last query has no key to its right.
+    assert attention[..., n - 1, :].sum(-1).max() < 1e-20
+
+
+def test_module_dropout_only_on_query() -> None:
+    torch.manual_seed(0)
+    layer = GeometricSelfAttention(d_model=8, n_heads=2, dropout=0.5)
+    with torch.no_grad():
+        layer.query.weight.zero_()
+        layer.query.bias.zero_()
+    h = torch.randn(2, 5, 8)
+    layer.train()
+    out_train, att_train = layer(h)
+    layer.eval()
+    out_eval, att_eval = layer(h)
+    # With a zero content query, dropout can change nothing: directional term and values are untouched.
+    torch.testing.assert_close(att_train, att_eval)
+    torch.testing.assert_close(out_train, out_eval)
+
+
+def test_index_cache_survives_inference_mode() -> None:
+    with torch.inference_mode():
+        geometric_attention_weights(torch.randn(17, 17))
+    x = torch.randn(17, 17, requires_grad=True)
+    geometric_attention_weights(x).sum().backward()
+    assert x.grad is not None
