@@ -1,10 +1,11 @@
 """Benchmark geometric attention weights against softmax attention (forward + backward).
 
 Compares, at identical shapes, ``geometric_attention_weights(logits) @ v`` with ``softmax(logits) @ v``:
-median wall time of forward + backward after warm-up, and the bytes of tensors saved for backward
-during one forward (an estimate of the extra activation memory each method keeps).
+median wall (and process CPU) time of forward + backward after warm-up, best of a few interleaved
+rounds; the bytes of tensors saved for backward during one forward (the activation memory each method
+keeps); on CUDA also the peak memory of one forward + backward.
 
-Usage: ``python benchmarks/bench_geometric_attention.py [--out FILE] [--repeats R] [--device DEV]``
+Usage: ``python benchmarks/bench_geometric_attention.py [--out FILE] [--threads T] [--device DEV]``
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import torch
 
 from recombine.models.layers.geometric_attention import geometric_attention_weights
 
-# (N, batch): the batch is reduced at N = 256 to keep the CPU run short; both methods share shapes.
-SHAPES = [(16, 64), (64, 64), (256, 8)]
+# (N, batch); both methods always run at the same shapes.
+SHAPES = [(16, 64), (64, 64), (256, 64)]
 HEADS = 4
 D_HEAD = 32
 
@@ -67,11 +68,12 @@ def saved_bytes(
 ) -> int:
     """Bytes of distinct tensors autograd saves for backward during one forward.
 
-    Inputs (``logits``, ``v``) are excluded since they exist regardless of the method; tensors are
-    deduplicated by storage so a tensor saved by two ops counts once.
+    ``v`` is not counted (both methods save it for ``A @ v``). ``logits`` is counted when saved: in a
+    model it is an intermediate that would otherwise be freed after the forward. Tensors are
+    deduplicated by storage, so ``A`` saved by both the weights op and the matmul counts once.
     """
     seen: dict[tuple[int, int], int] = {}
-    exclude = {logits.untyped_storage().data_ptr(), v.untyped_storage().data_ptr()}
+    exclude = {v.untyped_storage().data_ptr()}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
@@ -83,6 +85,25 @@ def saved_bytes(
         out = fn(logits, v)
     del out
     return sum(seen.values())
+
+
+def peak_bytes(
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    logits: torch.Tensor,
+    v: torch.Tensor,
+    grad_out: torch.Tensor,
+) -> int | None:
+    """CUDA only: peak memory above the inputs during one forward + backward (None on CPU)."""
+    if logits.device.type != "cuda":
+        return None
+    torch.cuda.synchronize(logits.device)
+    base = torch.cuda.memory_allocated(logits.device)
+    torch.cuda.reset_peak_memory_stats(logits.device)
+    torch.autograd.backward(fn(logits, v), grad_out, inputs=[logits, v])
+    torch.cuda.synchronize(logits.device)
+    logits.grad = None
+    v.grad = None
+    return torch.cuda.max_memory_allocated(logits.device) - base
 
 
 def main() -> None:
@@ -126,6 +147,7 @@ def main() -> None:
         g_ms, s_ms = min(t[0] for t in geom), min(t[0] for t in soft)
         g_cpu, s_cpu = min(t[1] for t in geom), min(t[1] for t in soft)
         g_bytes, s_bytes = saved_bytes(geometric, logits, v), saved_bytes(softmax, logits, v)
+        g_peak, s_peak = peak_bytes(geometric, logits, v, grad_out), peak_bytes(softmax, logits, v, grad_out)
         row = {
             "batch": batch,
             "geometric_ms": round(g_ms, 3),
@@ -138,6 +160,8 @@ def main() -> None:
             "softmax_saved_bytes": s_bytes,
             "memory_ratio": round(g_bytes / s_bytes, 3),
         }
+        if g_peak is not None and s_peak is not None:
+            row |= {"geometric_peak_bytes": g_peak, "softmax_peak_bytes": s_peak}
         results["per_n"][str(n)] = row  # type: ignore[index]
         print(
             f"{n:>5} {batch:>5} {g_ms:>8.2f} {s_ms:>7.2f} {row['ratio']:>6.2f} {g_cpu:>8.2f} {s_cpu:>7.2f} "

@@ -20,6 +20,7 @@ from recombine.config_validation import build_config, validate_into
 from recombine.errors import UserError, choices_hint
 
 SCHEDULES = ("constant", "noam", "cosine")
+SAMPLINGS = ("uniform", "depth_balanced")
 
 
 @dataclass
@@ -35,12 +36,15 @@ class TrainConfig:
     eval_batch_size: int = 1024
     log_every: int = 50
     threads: int = 0  # 0: PyTorch's default
+    sampling: str = "uniform"  # "depth_balanced": uniform over depths, then within the depth
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
             raise UserError(
                 f"unknown train.schedule {self.schedule!r}; {choices_hint(self.schedule, SCHEDULES)}"
             )
+        if self.sampling not in SAMPLINGS:
+            raise UserError(f"unknown train.sampling {self.sampling!r}; {choices_hint(self.sampling, SAMPLINGS)}")
         for name in ("steps", "batch_size", "eval_every", "eval_batch_size", "log_every"):
             if getattr(self, name) < 1:
                 raise UserError(f"train.{name} must be >= 1, got {getattr(self, name)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -41,8 +42,25 @@ class PaddedSplit:
         lengths = self.lengths[index]
         return self.tokens[index, : int(lengths.max())], lengths, self.targets[index]
 
-    def random_batch(self, size: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-        return self.batch(torch.randint(len(self), (size,), generator=generator))
+    def random_batch(
+        self, size: int, generator: torch.Generator, depth_balanced: bool = False
+    ) -> tuple[torch.Tensor, ...]:
+        """Examples drawn uniformly (with replacement), or uniformly over depths first and then
+        uniformly within the drawn depth (``depth_balanced``)."""
+        if not depth_balanced:
+            return self.batch(torch.randint(len(self), (size,), generator=generator))
+        order, starts, counts = self._by_depth
+        group = torch.randint(len(counts), (size,), generator=generator)
+        offset = (torch.rand(size, generator=generator, dtype=torch.float64) * counts[group]).long()
+        return self.batch(order[starts[group] + offset])
+
+    @functools.cached_property
+    def _by_depth(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Indices sorted by depth, each depth's first position in that order, and its size."""
+        order = torch.argsort(self.depth, stable=True)
+        _, counts = torch.unique_consecutive(self.depth[order], return_counts=True)
+        starts = torch.cumsum(counts, 0) - counts
+        return order, starts, counts
 
     def sequential_batches(self, size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         for start in range(0, len(self), size):

@@ -128,7 +128,9 @@ def fit(
     bar = tqdm(total=train_cfg.steps, initial=step, disable=not progress, desc=run.path.name, leave=False)
     try:
         while step < train_cfg.steps:
-            tokens, lengths, targets = splits["train"].random_batch(train_cfg.batch_size, batch_generator)
+            tokens, lengths, targets = splits["train"].random_batch(
+                train_cfg.batch_size, batch_generator, depth_balanced=train_cfg.sampling == "depth_balanced"
+            )
             logits = model(tokens, lengths)
             loss = nn.functional.cross_entropy(logits, targets)
             if not math.isfinite(loss.item()):

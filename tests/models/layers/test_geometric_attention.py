@@ -113,7 +113,13 @@ def test_padding() -> None:
     weight = torch.randn(b, h, n, n, dtype=torch.float64)
     (grad,) = torch.autograd.grad((a * weight).sum(), x)
     assert torch.isfinite(grad).all()
-    assert torch.all(grad[1, :, :, 6:] == 0)
+    for bi, length in enumerate(lengths):
+        assert torch.all(grad[bi, :, :, length:] == 0)
+        prefix = x[bi, :, :length, :length]
+        (grad_prefix,) = torch.autograd.grad(
+            (geometric_attention_weights(prefix) * weight[bi, :, :length, :length]).sum(), x
+        )
+        torch.testing.assert_close(grad[bi, :, :length, :length], grad_prefix[bi, :, :length, :length])
 
 
 def test_padding_mask_broadcasts_over_heads() -> None:
@@ -201,3 +207,24 @@ def test_index_cache_survives_inference_mode() -> None:
     x = torch.randn(17, 17, requires_grad=True)
     geometric_attention_weights(x).sum().backward()
     assert x.grad is not None
+
+
+def test_non_contiguous_and_expanded_logits() -> None:
+    x = _logits(2, 3, 8, 8, seed=13).detach()
+    expected = geometric_attention_weights(x.contiguous())
+    transposed = x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    torch.testing.assert_close(geometric_attention_weights(transposed), expected, rtol=0, atol=0)
+    expanded = x[:1].expand(4, 3, 8, 8)
+    torch.testing.assert_close(geometric_attention_weights(expanded), expected[:1].expand(4, 3, 8, 8))
+
+
+def test_half_precision_is_computed_in_float32() -> None:
+    x = _logits(2, 16, 16, seed=17).detach().float()
+    x_bf16 = x.bfloat16().requires_grad_()
+    a = geometric_attention_weights(x_bf16)
+    assert a.dtype == torch.bfloat16
+    torch.testing.assert_close(
+        a.float(), geometric_attention_weights(x_bf16.detach().float()), rtol=1e-2, atol=1e-3
+    )
+    a.float().sum().backward()
+    assert x_bf16.grad is not None and x_bf16.grad.dtype == torch.bfloat16

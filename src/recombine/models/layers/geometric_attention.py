@@ -64,13 +64,6 @@ def _closeness_index(n: int, device: torch.device) -> _ClosenessIndex:
 
 
 @functools.lru_cache(maxsize=64)
-def _diagonal_bias(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """``[n, n]`` additive bias, -inf on the diagonal and 0 elsewhere."""
-    with torch.inference_mode(False):
-        return torch.zeros(n, n, device=device, dtype=dtype).fill_diagonal_(-math.inf)
-
-
-@functools.lru_cache(maxsize=64)
 def _upper_triangle(n: int, device: torch.device) -> torch.Tensor:
     """Bool ``[n, n]`` mask, True where ``i <= j`` (query i = row, key j = column)."""
     with torch.inference_mode(False):
@@ -96,39 +89,47 @@ class _GeometricWeights(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(logits: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(logits: torch.Tensor, padding_bias: torch.Tensor | None) -> torch.Tensor:  # type: ignore[override]
         index = _closeness_index(logits.shape[-1], logits.device)
-        dtype = _compute_dtype(logits.dtype)
-        x = torch.add(logits.to(dtype), bias)  # excluded keys -> -inf: log P = -inf, log(1 - P) = 0
+        x = _masked_logits(logits, padding_bias)  # padded keys at -inf: log P = -inf, log(1 - P) = 0
         sp = F.softplus(x)  # thesis eq. 5.6: -log(1 - P) = softplus(x)
+        sp.diagonal(dim1=-2, dim2=-1).zero_()  # k = i never enters a product (thesis eq. 5.8)
         # thesis eq. 5.7/5.8: c = exclusive cumsum of -log(1 - P) along the closeness order of each row.
         reordered = _gather_rows(sp, index.shifted_order).cumsum_(-1)
-        log_a = x.sub_(sp)  # log P
+        log_a = torch.sub(x, sp)  # log P
         c = torch.gather(reordered, -1, index.rank.expand(reordered.shape), out=sp)
         log_a.sub_(c)  # thesis eq. 5.7: log A = log P + sum_{k in S_ij} log(1 - P_ik)
+        log_a.diagonal(dim1=-2, dim2=-1).fill_(-math.inf)  # A_ii = 0
         # Weights below sqrt(smallest normal float) (~1e-19 in float32, ~1e-154 in float64) are flushed
         # to exactly 0. Denormal numbers in A, or in dL/dA * A in the backward, make exp, A @ V and the
         # backward several times slower on CPUs; exp's underflow / -inf path is slow as well, so exp only
         # sees clamped inputs and the clamped entries are zeroed afterwards.
-        floor = 0.5 * math.log(torch.finfo(dtype).tiny)
+        floor = 0.5 * math.log(torch.finfo(log_a.dtype).tiny)
         a = F.threshold_(log_a.clamp_min_(floor).exp_(), math.exp(floor + 0.5), 0.0)
         return a.to(logits.dtype)
 
     @staticmethod
     def setup_context(ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: torch.Tensor) -> None:
-        logits, bias = inputs
-        ctx.save_for_backward(logits, bias, output)
+        logits, padding_bias = inputs
+        ctx.save_for_backward(logits, padding_bias, output)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: torch.autograd.function.FunctionCtx, grad_a: torch.Tensor) -> tuple:  # type: ignore[override]
-        logits, bias, a = ctx.saved_tensors
+        logits, padding_bias, a = ctx.saved_tensors
         index = _closeness_index(logits.shape[-1], logits.device)
-        dtype = _compute_dtype(logits.dtype)
-        g = torch.mul(grad_a.to(dtype), a)  # gradient w.r.t. log A
-        r = _gather_rows(_gather_rows(g, index.reversed_order).cumsum_(-1), index.reversed_rank)
-        p = torch.add(logits.to(dtype), bias).sigmoid_()  # P; 0 for excluded keys, so they get no gradient
+        g = torch.mul(grad_a.to(_compute_dtype(logits.dtype)), a)  # gradient w.r.t. log A
+        reordered = _gather_rows(g, index.reversed_order).cumsum_(-1)
+        r = _gather_rows(reordered, index.reversed_rank)
+        # P; 0 for padded keys. Written into the no longer needed buffer (saves a CPU allocation).
+        p = torch.sigmoid(_masked_logits(logits, padding_bias), out=reordered)
+        p.diagonal(dim1=-2, dim2=-1).zero_()  # the diagonal is excluded too: no gradient
         return g.addcmul_(p, r, value=-1.0).to(logits.dtype), None
+
+
+def _masked_logits(logits: torch.Tensor, padding_bias: torch.Tensor | None) -> torch.Tensor:
+    x = logits.to(_compute_dtype(logits.dtype))
+    return x if padding_bias is None else x + padding_bias
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -153,13 +154,13 @@ def geometric_attention_weights(
     n = logits.shape[-1]
     if logits.shape[-2] != n:
         raise ValueError(f"geometric attention needs square [..., N, N] logits, got {tuple(logits.shape)}")
-    # Keys that never enter any product and get zero weight (P = 0): the diagonal (thesis, below
-    # eq. 5.8) and padded keys. Implemented as an additive -inf bias on the logits.
-    bias = _diagonal_bias(n, logits.device, _compute_dtype(logits.dtype))
+    # Padded keys get P = 0 (never enter a product, zero weight): an additive -inf bias on the logits.
+    padding_bias = None
     if key_padding_mask is not None:
-        pad = torch.zeros(key_padding_mask.shape, device=logits.device, dtype=bias.dtype)
-        bias = bias + pad.masked_fill_(key_padding_mask.to(torch.bool), -math.inf).unsqueeze(-2)
-    return _GeometricWeights.apply(logits, bias)
+        padding_bias = torch.zeros(
+            key_padding_mask.shape, device=logits.device, dtype=_compute_dtype(logits.dtype)
+        ).masked_fill_(key_padding_mask.to(torch.bool), -math.inf)[..., None, :]
+    return _GeometricWeights.apply(logits, padding_bias)
 
 
 class GeometricSelfAttention(nn.Module):
