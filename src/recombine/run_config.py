@@ -44,7 +44,8 @@ class TrainConfig:
                 f"unknown train.schedule {self.schedule!r}; {choices_hint(self.schedule, SCHEDULES)}"
             )
         if self.sampling not in SAMPLINGS:
-            raise UserError(f"unknown train.sampling {self.sampling!r}; {choices_hint(self.sampling, SAMPLINGS)}")
+            hint = choices_hint(self.sampling, SAMPLINGS)
+            raise UserError(f"unknown train.sampling {self.sampling!r}; {hint}")
         for name in ("steps", "batch_size", "eval_every", "eval_batch_size", "log_every"):
             if getattr(self, name) < 1:
                 raise UserError(f"train.{name} must be >= 1, got {getattr(self, name)}")
