@@ -19,7 +19,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 install: $(VENV)/.installed
 
 demo: install
-	$(BIN)/recombine reproduce ndr-ctl --quick --seeds 1 --out runs/demo-ndr-ctl
+	$(BIN)/recombine reproduce ndr-ctl --quick --seeds 1 --jobs 2 --out runs/demo-ndr-ctl
 
 test: install
 	$(BIN)/ruff check src tests benchmarks

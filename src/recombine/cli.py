@@ -103,6 +103,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         seeds=args.seeds,
         quick=args.quick,
         jobs=args.jobs,
+        labels=[label.strip() for label in args.models.split(",")] if args.models else None,
         on_event=lambda message: print(message, file=sys.stderr, flush=True),
     )
     print(render_reproduction(out))
@@ -145,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reproduce.add_argument("--out", help="output directory (default runs/reproduce-NAME)")
     reproduce.add_argument("--jobs", type=int, default=1, help="runs in parallel (each on one thread)")
+    reproduce.add_argument("--models", help="comma-separated row labels to run (default: all rows)")
     reproduce.set_defaults(handler=cmd_reproduce)
 
     report = commands.add_parser("report", help="re-render the report of a run or reproduction directory")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recombine.errors import UserError, choices_hint
 from recombine.runs.store import RunDir
 
 
@@ -55,6 +56,7 @@ class Reproduction:
     paper: dict[tuple[str, str], PaperNumber]  # (variant label, column) -> paper's number
     success_threshold: float = 0.95
     scale_note: str = ""
+    quick_variants: tuple[str, ...] = ()  # labels run by --quick (all when empty)
 
     def run_name(self, variant: Variant, column: str, seed: int) -> str:
         return f"{variant.label}--{column}--seed{seed}"
@@ -68,8 +70,25 @@ class Reproduction:
             "train": train,
         }
 
-    def cells(self, seeds: int) -> list[tuple[Variant, str, int]]:
-        return [(v, c, s) for v in self.variants for c in self.columns for s in range(1, seeds + 1)]
+    def select_variants(self, labels: list[str] | None, quick: bool) -> tuple[Variant, ...]:
+        """The variants to run: ``labels`` if given, else the quick subset in quick mode, else all."""
+        known = [v.label for v in self.variants]
+        if labels:
+            for label in labels:
+                if label not in known:
+                    raise UserError(
+                        f"unknown model label {label!r} for {self.name}; {choices_hint(label, known)}"
+                    )
+            return tuple(v for v in self.variants if v.label in labels)
+        if quick and self.quick_variants:
+            return tuple(v for v in self.variants if v.label in self.quick_variants)
+        return self.variants
+
+    def cells(
+        self, seeds: int, variants: tuple[Variant, ...] | None = None
+    ) -> list[tuple[Variant, str, int]]:
+        chosen = self.variants if variants is None else variants
+        return [(v, c, s) for v in chosen for c in self.columns for s in range(1, seeds + 1)]
 
 
 def _flatten(config: dict[str, Any]) -> list[str]:
@@ -81,18 +100,39 @@ def _flatten(config: dict[str, Any]) -> list[str]:
     return overrides
 
 
+def _merged_manifest(
+    path: Path, name: str, quick: bool, seeds: int, entries: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """This grid's entries added to those already recorded in ``path`` (runs of other rows or seeds
+    in the same directory stay in the report)."""
+    runs: dict[str, dict[str, Any]] = {}
+    if path.is_file():
+        previous = json.loads(path.read_text())
+        if previous["reproduction"] != name:
+            raise UserError(f"{path.parent} holds reproduction {previous['reproduction']!r}, not {name!r}")
+        if previous["quick"] != quick:
+            mode = "--quick" if previous["quick"] else "full-scale"
+            raise UserError(f"{path.parent} holds {mode} runs; use another --out to mix scales")
+        runs = {entry["run"]: entry for entry in previous["runs"]}
+        seeds = max(seeds, previous["seeds"])
+    runs.update({entry["run"]: entry for entry in entries})
+    return {"reproduction": name, "quick": quick, "seeds": seeds, "runs": list(runs.values())}
+
+
 def run_grid(
     reproduction: Reproduction,
     out: Path,
     seeds: int,
     quick: bool,
     jobs: int = 1,
+    labels: list[str] | None = None,
     on_event: Callable[[str], None] = lambda message: None,
 ) -> list[dict[str, Any]]:
     """Train every cell not yet complete; return the manifest entries."""
     out.mkdir(parents=True, exist_ok=True)
     entries = []
-    for variant, column, seed in reproduction.cells(seeds):
+    variants = reproduction.select_variants(labels, quick)
+    for variant, column, seed in reproduction.cells(seeds, variants):
         name = reproduction.run_name(variant, column, seed)
         entries.append(
             {
@@ -103,7 +143,7 @@ def run_grid(
                 "config": reproduction.run_config(variant, column, seed, quick),
             }
         )
-    manifest = {"reproduction": reproduction.name, "quick": quick, "seeds": seeds, "runs": entries}
+    manifest = _merged_manifest(out / "manifest.json", reproduction.name, quick, seeds, entries)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
     threads = 1 if jobs > 1 else 0
