@@ -86,6 +86,8 @@ def fit(
     )
     batch_generator = torch.Generator().manual_seed(config.seed)
     step, best_accuracy, best_step, elapsed = 0, -1.0, -1, 0.0
+    # running sums of the current logging window; checkpointed so a resumed run logs identical means
+    window = {"loss": 0.0, "correct": 0, "count": 0}
 
     if resume and run.has_checkpoint("last"):
         state = run.load_checkpoint("last")
@@ -100,6 +102,7 @@ def fit(
             state["best_step"],
             state["elapsed_s"],
         )
+        window = state["log_window"]
         run.truncate_metrics(step)
     elif run.metrics_path.exists():
         run.metrics_path.unlink()  # a fresh start (or a resume before the first checkpoint)
@@ -119,11 +122,12 @@ def fit(
             "best_accuracy": best_accuracy,
             "best_step": best_step,
             "elapsed_s": elapsed,
+            "log_window": dict(window),
             "config": config.to_dict(),
         }
 
     model.train()
-    window_loss, window_correct, window_count, window_start = 0.0, 0, 0, time.perf_counter()
+    window_start = time.perf_counter()
     session_start = time.perf_counter() - elapsed
     bar = tqdm(total=train_cfg.steps, initial=step, disable=not progress, desc=run.path.name, leave=False)
     try:
@@ -148,18 +152,18 @@ def fit(
             step += 1
             bar.update(1)
 
-            window_loss += loss.item() * len(targets)
-            window_correct += int((logits.argmax(-1) == targets).sum())
-            window_count += len(targets)
+            window["loss"] += loss.item() * len(targets)
+            window["correct"] += int((logits.argmax(-1) == targets).sum())
+            window["count"] += len(targets)
             if step % train_cfg.log_every == 0 or step == train_cfg.steps:
                 seconds = time.perf_counter() - window_start
                 record = {
                     "step": step,
                     "kind": "train",
-                    "loss": window_loss / window_count,
-                    "accuracy": window_correct / window_count,
+                    "loss": window["loss"] / window["count"],
+                    "accuracy": window["correct"] / window["count"],
                     "lr": scheduler.get_last_lr()[0],
-                    "examples_per_s": window_count / max(seconds, 1e-9),
+                    "examples_per_s": window["count"] / max(seconds, 1e-9),
                 }
                 run.append_metrics(record)
                 for key in ("loss", "accuracy", "lr", "examples_per_s"):
@@ -169,7 +173,8 @@ def fit(
                     acc=f"{record['accuracy']:.3f}",
                     ex_s=f"{record['examples_per_s']:.0f}",
                 )
-                window_loss, window_correct, window_count, window_start = 0.0, 0, 0, time.perf_counter()
+                window = {"loss": 0.0, "correct": 0, "count": 0}
+                window_start = time.perf_counter()
 
             if step % train_cfg.eval_every == 0 or step == train_cfg.steps:
                 results = {
