@@ -76,14 +76,39 @@ class ClassificationSplit:
             raise ValueError("inputs, targets and depth must have the same length")
 
 
+@dataclass
+class Seq2SeqSplit:
+    """Variable-length input and output token sequences (no padding, no begin/end tokens).
+
+    ``inputs[i]`` and ``outputs[i]`` are int64 id arrays in the task's input / output vocabulary.
+    ``group[i]`` is a task-defined integer for per-group breakdowns (e.g. output length); -1 where
+    meaningless.
+    """
+
+    inputs: list[np.ndarray]
+    outputs: list[np.ndarray]
+    group: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+    def __post_init__(self) -> None:
+        if not (len(self.inputs) == len(self.outputs) == len(self.group)):
+            raise ValueError("inputs, outputs and group must have the same length")
+
+
+Split = ClassificationSplit | Seq2SeqSplit
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """What a model needs to know about a task to be built for it."""
 
     kind: TaskKind
     input_vocab_size: int
-    n_classes: int
+    n_classes: int  # output vocabulary size (classes for classification, tokens for seq2seq)
     max_input_length: int
+    max_output_length: int = 1
 
 
 @dataclass
@@ -94,7 +119,7 @@ class TaskData:
     kind: TaskKind
     input_vocab: Vocabulary
     output_vocab: Vocabulary
-    splits: dict[str, ClassificationSplit]
+    splits: dict[str, Split]
     description: str = ""
     metadata: dict[str, object] = field(default_factory=dict)
 
@@ -105,6 +130,10 @@ class TaskData:
             input_vocab_size=len(self.input_vocab),
             n_classes=len(self.output_vocab),
             max_input_length=max(len(x) for s in self.splits.values() for x in s.inputs),
+            max_output_length=max(
+                (len(y) for s in self.splits.values() if isinstance(s, Seq2SeqSplit) for y in s.outputs),
+                default=1,
+            ),
         )
 
     @property
