@@ -49,3 +49,14 @@ def test_grid_report_and_rerun(tiny_reproduction: ndr_ctl.Reproduction, tmp_path
     events.clear()
     run_grid(tiny_reproduction, tmp_path, seeds=2, quick=False, on_event=events.append)
     assert events == ["8 of 8 runs already complete; training 0"]
+
+
+@pytest.mark.parametrize("name", sorted(REPRODUCTIONS))
+def test_every_cell_of_every_reproduction_is_a_valid_run_config(name: str) -> None:
+    from recombine import run_config
+
+    reproduction = REPRODUCTIONS[name]
+    for quick in (False, True):
+        for variant, column, seed in reproduction.cells(1, reproduction.select_variants(None, quick)):
+            config = run_config.resolve(reproduction.run_config(variant, column, seed, quick))
+            assert config.model_name == variant.model

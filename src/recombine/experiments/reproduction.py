@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -150,6 +151,9 @@ def run_grid(
     todo = [e for e in entries if not RunDir(out / e["run"]).is_complete()]
     on_event(f"{len(entries) - len(todo)} of {len(entries)} runs already complete; training {len(todo)}")
 
+    finished = [0]
+    lock = threading.Lock()
+
     def train_one(entry: dict[str, Any]) -> None:
         run_path = out / entry["run"]
         resume = (run_path / "config.yaml").exists()
@@ -162,7 +166,10 @@ def run_grid(
         with (run_path / "train.log").open("a") as log:
             code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
         status = "done" if code == 0 else f"FAILED (exit {code}, see {run_path / 'train.log'})"
-        on_event(f"{entry['run']}: {status} in {time.perf_counter() - started:.0f} s")
+        with lock:
+            finished[0] += 1
+            progress = f"[{finished[0]}/{len(todo)}]"
+        on_event(f"{progress} {entry['run']}: {status} in {time.perf_counter() - started:.0f} s")
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         list(pool.map(train_one, todo))

@@ -12,6 +12,7 @@ import torch
 from recombine.errors import UserError
 from recombine.experiments import get as get_reproduction
 from recombine.runs.aggregate import SeedSummary
+from recombine.runs.figures import learning_curves
 from recombine.runs.store import RunDir
 
 
@@ -96,12 +97,13 @@ def render_reproduction(out: Path) -> str:
         header += [f"{column} {reproduction.iid_split} (ours)"]
     header += ["s / seed"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    in_grid = {entry["variant"] for entry in manifest["runs"]}
     for variant in reproduction.variants:
         row = [variant.label]
         times: list[float] = []
         for column in columns:
             cell = results["table"][variant.label][column]
-            row.append(_fmt(cell.get("ood")))
+            row.append(_fmt(cell.get("ood")) if variant.label in in_grid else "not run")
             row.append(
                 "–" if cell["paper"] is None else f"{cell['paper']['mean']:.2f} ± {cell['paper']['std']:.2f}"
             )
@@ -115,6 +117,13 @@ def render_reproduction(out: Path) -> str:
             "",
             f"Missing or unfinished runs ({len(results['missing_runs'])}): "
             + ", ".join(results["missing_runs"]),
+        ]
+    figure = learning_curves(out, manifest, reproduction.report_split, out / "curves.png")
+    if figure is not None:
+        lines += [
+            "",
+            f"![{reproduction.report_split} accuracy during training, mean over seeds (band: min-max)]"
+            f"({figure.name})",
         ]
     env = results["environment"]
     lines += ["", f"torch {env['torch']}, Python {env['python']}, {env['machine']}."]
