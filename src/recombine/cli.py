@@ -118,6 +118,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from recombine.probes.attention_maps import load_run_model, plot_step_maps, step_maps
+
+    model, task = load_run_model(args.run, args.checkpoint)
+    maps = step_maps(model, task, args.split, args.index)
+    out = Path(args.out) if args.out else Path(args.run) / "figures" / f"maps-{args.split}-{args.index}.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot_step_maps(maps, out, title=" ".join(maps.tokens[1:-1]) + ":")
+    print(f"prediction {maps.prediction}, target {maps.target}; figure: {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="recombine", description="compositional generalization laboratory")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -148,6 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--jobs", type=int, default=1, help="runs in parallel (each on one thread)")
     reproduce.add_argument("--models", help="comma-separated row labels to run (default: all rows)")
     reproduce.set_defaults(handler=cmd_reproduce)
+
+    inspect = commands.add_parser(
+        "inspect", help="plot attention and gate maps of a trained run, step by step"
+    )
+    inspect.add_argument("run", help="a run directory")
+    inspect.add_argument("--split", default="test_ood")
+    inspect.add_argument("--index", type=int, default=0, help="example index within the split")
+    inspect.add_argument("--checkpoint", default="best", choices=["best", "last"])
+    inspect.add_argument("--out", help="PNG path (default RUN/figures/maps-SPLIT-INDEX.png)")
+    inspect.set_defaults(handler=cmd_inspect)
 
     report = commands.add_parser("report", help="re-render the report of a run or reproduction directory")
     report.add_argument("path")

@@ -1,0 +1,1 @@
+"""Post-hoc analyses of trained runs."""
