@@ -20,7 +20,8 @@ def test_tasks_and_models_list_json(capsys: pytest.CaptureFixture[str]) -> None:
     ndr = next(m for m in listed if m["name"] == "ndr")
     assert ndr["config"]["attention"] == "geometric" and ndr["config"]["copy_gate"] is True
     assert main(["tasks"]) == 0
-    assert capsys.readouterr().out.startswith("ctl")
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split()[0] == "ctl" and "table lookup" in line for line in lines)
 
 
 BAD_INPUTS = [
@@ -90,3 +91,13 @@ def test_error_from_a_real_process_has_no_traceback(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "bad value for model" in proc.stderr
+
+
+def test_model_task_kind_mismatch_is_one_line_and_writes_no_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert main(["train", "task=scan", "model=ndr", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "classifier" in err
+    assert not run.exists()

@@ -77,8 +77,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         if (run_dir / "metrics.jsonl").exists():
             raise UserError(f"{run_dir} already holds a run; continue it with --resume {run_dir}")
         resume = False
-    print(f"run directory: {run_dir}", file=sys.stderr)
-    result = fit(config, run_dir, resume=resume, progress=not args.no_progress)
+    result = fit(
+        config,
+        run_dir,
+        resume=resume,
+        progress=not args.no_progress,
+        on_start=lambda: print(f"run directory: {run_dir}", file=sys.stderr),
+    )
     selected = ", ".join(f"{k} {v:.4f}" for k, v in result["selected"].items())
     print(f"done: step {result['best_step']} selected by {result['selection_split']}: {selected}")
     return 0
@@ -130,6 +135,41 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Tasks with an official file format: name -> module with ``export_official(data, part, out)``.
+EXPORTERS = {"scan": "recombine.tasks.scan", "pcfg": "recombine.tasks.pcfg_set"}
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import importlib
+
+    import yaml
+
+    from recombine import tasks  # not run_config: exporting needs no torch
+    from recombine.errors import choices_hint
+
+    if args.task not in EXPORTERS:
+        raise UserError(
+            f"no official file format for task {args.task!r}; {choices_hint(args.task, EXPORTERS)}"
+        )
+    if args.seed < 0:
+        raise UserError("--seed must be a non-negative integer")
+    config: dict[str, Any] = {}
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--set {item!r} is not of the form field=value (e.g. official_dir=DIR)")
+        try:
+            config[key] = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError:
+            config[key] = value
+    config["split"] = args.split
+    data = tasks.get(args.task, seed=args.seed, **config)
+    written = importlib.import_module(EXPORTERS[args.task]).export_official(data, args.part, args.out)
+    for path in written:
+        print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="recombine", description="compositional generalization laboratory")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -170,6 +210,26 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--checkpoint", default="best", choices=["best", "last"])
     inspect.add_argument("--out", help="PNG path (default RUN/figures/maps-SPLIT-INDEX.png)")
     inspect.set_defaults(handler=cmd_inspect)
+
+    export = commands.add_parser(
+        "export", help="write a task split in its official file format (SCAN .txt, PCFG SET .src/.tgt)"
+    )
+    export.add_argument("task", help="scan or pcfg")
+    export.add_argument("--split", required=True, help="split name, e.g. length or productivity")
+    export.add_argument(
+        "--part", required=True, choices=("train", "test"), help="train = train + valid_iid, test = the rest"
+    )
+    export.add_argument(
+        "--out", required=True, help="scan: a file; pcfg: a directory (DIR/) or a file prefix"
+    )
+    export.add_argument("--seed", type=int, default=0, help="task seed (default 0)")
+    export.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="task config field, e.g. official_dir=DIR (repeatable)",
+    )
+    export.set_defaults(handler=cmd_export)
 
     report = commands.add_parser("report", help="re-render the report of a run or reproduction directory")
     report.add_argument("path")

@@ -22,5 +22,9 @@ def names() -> list[str]:
 
 
 from recombine.tasks import ctl as _ctl  # noqa: E402,F401  (registers the task)
+from recombine.tasks import listops as _listops  # noqa: E402,F401
+from recombine.tasks import pcfg_set as _pcfg_set  # noqa: E402,F401
+from recombine.tasks import scan as _scan  # noqa: E402,F401
+from recombine.tasks import simple_arithmetic as _simple_arithmetic  # noqa: E402,F401
 
 __all__ = ["TASKS", "ClassificationSplit", "TaskData", "TaskSpec", "Vocabulary", "get", "names"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from torch import nn
 from tqdm import tqdm
 
 from recombine import models, tasks
+from recombine.errors import UserError
 from recombine.run_config import RunConfig
 from recombine.runs.store import RunDir
 from recombine.tasks.base import TaskData
@@ -65,21 +67,29 @@ def evaluate(model: nn.Module, split: PaddedSplit, batch_size: int) -> dict[str,
 
 
 def fit(
-    config: RunConfig, run_dir: str | Path, *, resume: bool = False, progress: bool = True
+    config: RunConfig,
+    run_dir: str | Path,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    on_start: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
-    """Train one run into ``run_dir`` (resuming from its ``last.pt`` when ``resume``)."""
+    """Train one run into ``run_dir`` (resuming from its ``last.pt`` when ``resume``).
+
+    ``on_start`` is called once task and model are built and the run directory is written."""
     run = RunDir(run_dir)
     train_cfg = config.train
     if train_cfg.threads:
         torch.set_num_threads(train_cfg.threads)
-    run.write_config(config.to_dict())
-
     task = build_task(config)
+    torch.manual_seed(config.seed)
+    model = build_model(config, task)  # raises a UserError when model and task kind do not fit
+    if task.kind != "classify":
+        raise UserError(f"training {task.kind} tasks is not supported yet (task {config.task_name!r})")
+    run.write_config(config.to_dict())
+    on_start()
     splits = {name: PaddedSplit.from_split(split) for name, split in task.splits.items()}
     selection = task.selection_split
-
-    torch.manual_seed(config.seed)
-    model = build_model(config, task)
     optimizer = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_multiplier(train_cfg.schedule, train_cfg.warmup_steps, train_cfg.steps)

@@ -1,0 +1,329 @@
+"""Simple arithmetic: nested, fully bracketed modulo-10 additions and multiplications.
+
+Csordás PhD thesis, sec. 5.2.2 (task) and appendix D.3.2 (dataset details).
+
+An example is an expression such as ``((4*7)+2)``; the model classifies its value modulo 10 (``0``).
+Every operation is bracketed, every token is one character: ``(``, ``)``, ``+``, ``*`` and the digits
+``0``..``9``. The *depth* is the depth of the expression tree counted in operations, ignoring the leaves
+(5.2.2: the example has depth 2; a bare digit has depth 0); it is the number of operations on the longest
+root-to-leaf path, which is what the thesis's code computes (``((1+2)*(3+4))`` has depth 2).
+
+Splits (D.3.2): ``train`` has depths 0-5 ("the train set consists of 0-5 operations"; Tab. 5.3 says 1-5:
+set ``train_depths=[1, 2, 3, 4, 5]``), ``valid_iid`` is drawn from the same process and is disjoint
+from ``train``, ``valid_ood`` has depth 6 and ``test_ood`` depth 7 (D.3.2; sec. 5.2.2 and Tab. 5.3 say
+7-8: set ``test_ood_depths=[7, 8]``). Examples are at most ``max_length`` (50) tokens and distinct.
+
+Depths 0 and 1 have only 10 and 200 distinct expressions; they are enumerated and all of them go to
+``train`` (so ``valid_iid`` has depths 2-5 only). Every other depth gets the same number of examples
+(rejection sampling per depth, D.3.2), so with the defaults ``train`` has 10 + 200 + 4 x ~24.9k.
+
+Generation (our method; the thesis gives the parameters, not the sampler). An example of depth ``D`` is
+grown bottom-up along a *spine*: start from a random digit; at level ``k = 1..D`` combine it, on a random
+side and with a random operator, with a random subtree of depth <= ``k - 1`` in which every operand is
+itself an operation with the *sub-operation probability* ``p_subop`` (0.2). The result has depth exactly
+``D``. Expressions longer than ``max_length`` and duplicates are rejected. This is the thesis code's
+scheme (a random tree grown at the root until it is deep enough) made exact per depth, so no sample is
+wasted on the wrong depth. Pure Python with a ``random.Random`` seeded from the task seed: the 100k
+default train set takes about 1 s.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from recombine.errors import UserError
+from recombine.tasks import TASKS
+from recombine.tasks.base import ClassificationSplit, TaskData, Vocabulary
+from recombine.tasks.cache import cached
+
+#: Bump whenever generation changes, so cached tasks are rebuilt.
+VERSION = 1
+
+DIGITS = tuple(str(d) for d in range(10))
+OPERATORS = ("+", "*")
+INPUT_TOKENS = (*DIGITS, *OPERATORS, "(", ")")
+
+# Depths with at most this many distinct expressions are enumerated instead of sampled (depths 0, 1).
+_ENUMERATE_LIMIT = 1000
+_SPLIT_IDS = {"pool": 0, "valid_ood": 1, "test_ood": 2, "shuffle": 3}
+# Character -> token id in the input vocabulary (<pad> = 0, then INPUT_TOKENS in order).
+_TOKEN_IDS = bytes.maketrans("".join(INPUT_TOKENS).encode("ascii"), bytes(range(1, len(INPUT_TOKENS) + 1)))
+
+
+@dataclass
+class ArithmeticConfig:
+    """Simple arithmetic (thesis 5.2.2, D.3.2); defaults follow D.3.2."""
+
+    train_depths: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4, 5])  # Tab. 5.3: 1-5
+    valid_ood_depths: list[int] = field(default_factory=lambda: [6])
+    test_ood_depths: list[int] = field(default_factory=lambda: [7])  # Tab. 5.3: [7, 8]
+    p_subop: float = 0.2  # probability that an operand of a side branch is itself an operation
+    max_length: int = 50  # tokens (= characters)
+    n_train: int = 100_000
+    n_valid_iid: int = 1000
+    n_valid_ood: int = 1000
+    n_test_ood: int = 1000
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+
+def evaluate(expression: str | Sequence[str]) -> tuple[int, int]:
+    """(value mod 10, depth) of a fully bracketed expression, e.g. ``"((4*7)+2)"`` -> ``(0, 2)``."""
+    text = "".join(expression).replace(" ", "")
+    position = 0
+
+    def parse() -> tuple[int, int]:
+        nonlocal position
+        char = text[position]
+        position += 1
+        if char in DIGITS:
+            return int(char), 0
+        if char != "(":
+            raise UserError(f"malformed arithmetic expression {text!r} at position {position - 1}")
+        left, left_depth = parse()
+        operator = text[position]
+        position += 1
+        right, right_depth = parse()
+        if operator not in OPERATORS or text[position] != ")":
+            raise UserError(f"malformed arithmetic expression {text!r} at position {position - 1}")
+        position += 1
+        value = left + right if operator == "+" else left * right
+        return value % 10, max(left_depth, right_depth) + 1
+
+    try:
+        result = parse()
+    except IndexError:
+        raise UserError(f"unbalanced arithmetic expression {text!r}") from None
+    if position != len(text):
+        raise UserError(f"trailing characters in arithmetic expression {text!r}")
+    return result
+
+
+def count_expressions(depth: int) -> int:
+    """Number of distinct expressions of exactly this depth, ignoring the length limit (saturates at
+    2**64: from depth 4 on there are more than that)."""
+    # N(d) expressions of depth <= d: N(0) = 10, N(d) = 10 + 2 * N(d - 1)**2.
+    previous, at_most = 0, 10
+    for _ in range(depth):
+        if at_most > 2**64:
+            return 2**64
+        previous, at_most = at_most, 10 + 2 * at_most**2
+    return min(at_most - previous, 2**64)
+
+
+def _enumerate(depth: int) -> list[tuple[str, int]]:
+    """All expressions of depth 0 or 1 with their values."""
+    if depth == 0:
+        return [(d, int(d)) for d in DIGITS]
+    return [
+        (f"({a}{op}{b})", (int(a) + int(b) if op == "+" else int(a) * int(b)) % 10)
+        for op in OPERATORS
+        for a in DIGITS
+        for b in DIGITS
+    ]
+
+
+class _Sampler:
+    """The spine process of the module docstring, on a private ``random.Random``."""
+
+    def __init__(self, seed: int, p_subop: float, max_length: int) -> None:
+        self.random = random.Random(seed).random
+        self.p_subop = p_subop
+        self.max_length = max_length
+
+    def subtree(self, max_depth: int) -> tuple[str, int]:
+        """A random expression of depth <= ``max_depth``: an operation with probability ``p_subop``."""
+        r = self.random
+        if max_depth == 0 or r() >= self.p_subop:
+            digit = int(r() * 10)
+            return DIGITS[digit], digit
+        left, a = self.subtree(max_depth - 1)
+        right, b = self.subtree(max_depth - 1)
+        if r() < 0.5:
+            return f"({left}+{right})", (a + b) % 10
+        return f"({left}*{right})", (a * b) % 10
+
+    def example(self, depth: int) -> tuple[str, int] | None:
+        """A random expression of depth exactly ``depth``, or None when it is too long."""
+        r = self.random
+        digit = int(r() * 10)
+        text, value = DIGITS[digit], digit
+        for level in range(1, depth + 1):
+            side, side_value = self.subtree(level - 1)
+            if r() < 0.5:
+                op, value = "+", (value + side_value) % 10
+            else:
+                op, value = "*", (value * side_value) % 10
+            text = f"({text}{op}{side})" if r() < 0.5 else f"({side}{op}{text})"
+            if len(text) + 4 * (depth - level) > self.max_length:  # each level adds >= 4 tokens
+                return None
+        return text, value
+
+
+def _distinct_examples(config: ArithmeticConfig, seed: int, depth: int, count: int) -> list[tuple[str, int]]:
+    """``count`` distinct expressions of exactly ``depth`` (uniform over all of them for depths 0, 1)."""
+    if count_expressions(depth) <= _ENUMERATE_LIMIT:
+        everything = _enumerate(depth)
+        chosen = np.random.default_rng(seed).choice(len(everything), size=count, replace=False)
+        return [everything[i] for i in sorted(chosen.tolist())]
+    if count == 0:
+        return []
+    sampler = _Sampler(seed, config.p_subop, config.max_length)
+    found: dict[str, int] = {}
+    limit = 50 * count + 100_000
+    for _ in range(limit):
+        example = sampler.example(depth)
+        if example is not None:
+            found.setdefault(*example)
+            if len(found) == count:
+                return list(found.items())
+    raise UserError(
+        f"task: could not generate {count} distinct arithmetic expressions of depth {depth} within "
+        f"max_length={config.max_length}; ask for fewer examples or allow longer ones"
+    )
+
+
+def _caps(depths: Sequence[int]) -> list[int]:
+    """How many examples of each depth train + valid_iid may use: all of an enumerated depth, else half
+    of the distinct expressions (so rejection sampling of distinct ones stays fast)."""
+    caps = []
+    for depth in depths:
+        n = count_expressions(depth)
+        caps.append(n if n <= _ENUMERATE_LIMIT else n // 2)
+    return caps
+
+
+def balanced_counts(caps: Sequence[int], total: int, what: str) -> list[int]:
+    """Split ``total`` over bins as evenly as possible with ``counts[i] <= caps[i]`` (water filling)."""
+    if total > sum(caps):
+        raise UserError(f"task: {what} asks for {total} examples but only {sum(caps)} distinct ones exist")
+    counts = [0] * len(caps)
+    remaining, active = total, [i for i, cap in enumerate(caps) if cap > 0]
+    while remaining > 0:
+        share = remaining // len(active)
+        if share == 0:  # fewer left than open bins: one more for each of the first ones
+            for i in active[:remaining]:
+                counts[i] += 1
+            break
+        for i in active:
+            add = min(share, caps[i] - counts[i])
+            counts[i] += add
+            remaining -= add
+        active = [i for i in active if counts[i] < caps[i]]
+    return counts
+
+
+def _split(parts: list[tuple[list[tuple[str, int]], int]], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A split in flat form (fast to pickle): token ids (uint8), lengths, targets, depths; shuffled."""
+    examples = [(text, value, depth) for part, depth in parts for text, value in part]
+    examples = [examples[i] for i in rng.permutation(len(examples))]
+    text = "".join(t for t, _, _ in examples).encode("ascii").translate(_TOKEN_IDS)
+    return {
+        "tokens": np.frombuffer(text, dtype=np.uint8).copy(),
+        "lengths": np.array([len(t) for t, _, _ in examples], dtype=np.int64),
+        "targets": np.array([v + 1 for _, v, _ in examples], dtype=np.int64),  # output id of digit v
+        "depth": np.array([d for _, _, d in examples], dtype=np.int64),
+    }
+
+
+def _to_split(flat: dict[str, np.ndarray]) -> ClassificationSplit:
+    tokens = flat["tokens"].astype(np.int64)
+    return ClassificationSplit(
+        inputs=np.split(tokens, np.cumsum(flat["lengths"])[:-1]), targets=flat["targets"], depth=flat["depth"]
+    )
+
+
+def _generate(config: ArithmeticConfig, seed: int) -> dict[str, dict[str, np.ndarray]]:
+    def stream(name: str, depth: int = 0) -> int:
+        return int(np.random.SeedSequence([int(seed), _SPLIT_IDS[name], depth]).generate_state(1)[0])
+
+    shuffle = np.random.default_rng(stream("shuffle"))
+    # train + valid_iid: per depth one pool of distinct expressions, split at random.
+    depths = sorted(int(d) for d in config.train_depths)
+    caps = _caps(depths)
+    train_counts = balanced_counts(caps, config.n_train, "train")
+    valid_counts = balanced_counts(
+        [cap - n for cap, n in zip(caps, train_counts, strict=True)], config.n_valid_iid, "valid_iid"
+    )
+    train_parts, valid_parts = [], []
+    for depth, n_train, n_valid in zip(depths, train_counts, valid_counts, strict=True):
+        examples = _distinct_examples(config, stream("pool", depth), depth, n_train + n_valid)
+        order = shuffle.permutation(len(examples)).tolist()
+        valid_parts.append(([examples[i] for i in order[:n_valid]], depth))
+        train_parts.append(([examples[i] for i in order[n_valid:]], depth))
+    splits = {"train": _split(train_parts, shuffle), "valid_iid": _split(valid_parts, shuffle)}
+    for name, ood_depths, size in (
+        ("valid_ood", config.valid_ood_depths, config.n_valid_ood),
+        ("test_ood", config.test_ood_depths, config.n_test_ood),
+    ):
+        ood_depths = sorted(int(d) for d in ood_depths)
+        counts = balanced_counts(_caps(ood_depths), size, name)
+        parts = [
+            (_distinct_examples(config, stream(name, depth), depth, count), depth)
+            for depth, count in zip(ood_depths, counts, strict=True)
+        ]
+        splits[name] = _split(parts, shuffle)
+    return splits
+
+
+def _validate(config: ArithmeticConfig) -> None:
+    groups: dict[str, set[int]] = {}
+    for name in ("train_depths", "valid_ood_depths", "test_ood_depths"):
+        depths = [int(d) for d in getattr(config, name)]
+        if not depths or min(depths) < 0 or len(set(depths)) != len(depths):
+            raise UserError(f"task.{name} must be a non-empty list of distinct depths >= 0")
+        groups[name] = set(depths)
+    train, valid_ood, test_ood = groups["train_depths"], groups["valid_ood_depths"], groups["test_ood_depths"]
+    if train & valid_ood or train & test_ood or valid_ood & test_ood:
+        raise UserError("task: train_depths, valid_ood_depths and test_ood_depths must not overlap")
+    if not 0.0 <= config.p_subop <= 1.0:
+        raise UserError(f"task.p_subop must be a probability in [0, 1], got {config.p_subop}")
+    deepest = max(max(g) for g in groups.values())
+    if config.max_length < 4 * deepest + 1:
+        raise UserError(
+            f"task.max_length={config.max_length} is too short for depth {deepest} "
+            f"(needs at least {4 * deepest + 1} tokens)"
+        )
+    for name in ("n_train", "n_valid_iid", "n_valid_ood", "n_test_ood"):
+        if getattr(config, name) < 1:
+            raise UserError(f"task.{name} must be >= 1")
+
+
+def _config_dict(config: ArithmeticConfig) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for f in fields(config):
+        value = getattr(config, f.name)
+        out[f.name] = [int(v) for v in value] if f.name.endswith("_depths") else value
+    return out
+
+
+@TASKS.register(
+    "arithmetic",
+    ArithmeticConfig,
+    "Simple arithmetic: nested mod-10 +/* like ((4*7)+2); train depth 0-5, valid 6, test 7 (thesis 5.2.2)",
+)
+def build_arithmetic(config: ArithmeticConfig, seed: int) -> TaskData:
+    """Build (or load from the cache) the simple arithmetic task (thesis 5.2.2, D.3.2)."""
+    _validate(config)
+    flat = cached(
+        "arithmetic", VERSION, _config_dict(config) | {"seed": int(seed)}, lambda: _generate(config, seed)
+    )
+    return TaskData(
+        name="arithmetic",
+        kind="classify",
+        input_vocab=Vocabulary.build(list(INPUT_TOKENS)),
+        output_vocab=Vocabulary.build(list(DIGITS)),
+        splits={name: _to_split(split) for name, split in flat.items()},
+        description=(
+            "Simple arithmetic (thesis 5.2.2): evaluate a fully bracketed expression of mod-10 + and * "
+            f"over digits, <= {config.max_length} tokens. Depth = operations on the longest path: train "
+            f"{sorted(config.train_depths)}, valid_ood {sorted(config.valid_ood_depths)}, test_ood "
+            f"{sorted(config.test_ood_depths)}."
+        ),
+        metadata={"operators": list(OPERATORS), "p_subop": config.p_subop},
+    )
