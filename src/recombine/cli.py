@@ -63,10 +63,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.resume:
         run = RunDir(args.resume)
-        if args.overrides or args.recipe:
-            raise UserError("--resume continues a run with its stored config; drop the overrides")
+        if args.recipe:
+            raise UserError("--resume continues a run with its stored config; drop the recipe")
         config = run_config.resolve(run.read_config())
-        if run.is_complete():
+        config = run_config.extend_steps(config, run_config.parse_overrides(args.overrides))
+        if run.is_complete() and run.read_result()["steps"] >= config.train.steps:  # type: ignore[index]
             print(f"{run.path} is already complete")
             return 0
         run_dir, resume = run.path, True
@@ -186,7 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--run-dir", help="where to store the run (default runs/<task>-<model>-seed<k>-<time>)"
     )
-    train.add_argument("--resume", metavar="RUN", help="continue an interrupted run from its last checkpoint")
+    train.add_argument(
+        "--resume",
+        metavar="RUN",
+        help="continue an interrupted run from its last checkpoint (train.steps=N extends a finished one)",
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.set_defaults(handler=cmd_train)
 

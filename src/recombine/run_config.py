@@ -146,3 +146,23 @@ def resolve(values: dict[str, Any]) -> RunConfig:
         train=validate_into(TrainConfig(), sections["train"], "train"),
         seed=seed,
     )
+
+
+def extend_steps(config: RunConfig, overrides: dict[str, Any]) -> RunConfig:
+    """Allow ``train.steps`` (only) to grow when continuing a run.
+
+    With a constant or Noam schedule the learning rate at a step does not depend on the total, and
+    the batch and dropout RNG streams simply continue, so a run extended from N to M steps is the
+    same run as one trained for M steps from the start.
+    """
+    if not overrides:
+        return config
+    steps = overrides.get("train", {}).get("steps") if isinstance(overrides.get("train"), dict) else None
+    if set(overrides) != {"train"} or set(overrides["train"]) != {"steps"} or not isinstance(steps, int):
+        raise UserError("--resume takes only train.steps=N (to extend a run); other fields come from the run")
+    if config.train.schedule == "cosine":
+        raise UserError("a cosine schedule depends on train.steps: extending it would change the run")
+    if steps < config.train.steps:
+        raise UserError(f"train.steps={steps} is below the run's {config.train.steps} steps")
+    config.train.steps = steps
+    return config

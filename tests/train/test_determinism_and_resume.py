@@ -80,3 +80,28 @@ def test_nan_loss_stops_with_message_and_keeps_checkpoint(tmp_path: Path) -> Non
         fit(config, tmp_path / "run", progress=False)
     assert (tmp_path / "run" / "last.pt").exists()
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "diverged"
+
+
+def test_extending_a_finished_run_equals_training_longer_from_the_start(tmp_path: Path) -> None:
+    from recombine.cli import main
+
+    direct = tmp_path / "direct"
+    fit(tiny_config("train.steps=60"), direct, progress=False)
+    extended = tmp_path / "extended"
+    fit(tiny_config("train.steps=40"), extended, progress=False)
+    assert main(["train", "--no-progress", "--resume", str(extended), "train.steps=60"]) == 0
+    assert comparable(extended / "metrics.jsonl") == comparable(direct / "metrics.jsonl")
+    assert json.loads((extended / "result.json").read_text())["steps"] == 60
+
+
+def test_extension_refuses_what_would_change_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from recombine.cli import main
+
+    run = tmp_path / "run"
+    fit(tiny_config("train.steps=20", "train.schedule=cosine"), run, progress=False)
+    assert main(["train", "--resume", str(run), "train.steps=40"]) == 2
+    assert "cosine" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run), "train.lr=0.1"]) == 2
+    assert "only train.steps" in capsys.readouterr().err

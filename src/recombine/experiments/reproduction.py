@@ -120,6 +120,11 @@ def _merged_manifest(
     return {"reproduction": name, "quick": quick, "seeds": seeds, "runs": list(runs.values())}
 
 
+def _steps_done(run_path: Path) -> int:
+    result = RunDir(run_path).read_result()
+    return result["steps"] if result is not None and result.get("status") == "completed" else -1
+
+
 def run_grid(
     reproduction: Reproduction,
     out: Path,
@@ -148,7 +153,7 @@ def run_grid(
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
     threads = 1 if jobs > 1 else 0
-    todo = [e for e in entries if not RunDir(out / e["run"]).is_complete()]
+    todo = [e for e in entries if _steps_done(out / e["run"]) < e["config"]["train"]["steps"]]
     on_event(f"{len(entries) - len(todo)} of {len(entries)} runs already complete; training {len(todo)}")
 
     finished = [0]
@@ -159,6 +164,8 @@ def run_grid(
         resume = (run_path / "config.yaml").exists()
         command = [sys.executable, "-m", "recombine", "train", "--no-progress", "--run-dir", str(run_path)]
         command += ["--resume", str(run_path)] if resume else _flatten(entry["config"])
+        if resume:  # continue an interrupted run, or extend a finished one to the requested steps
+            command.append(f"train.steps={entry['config']['train']['steps']}")
         if threads and not resume:
             command.append(f"train.threads={threads}")
         run_path.mkdir(parents=True, exist_ok=True)
