@@ -40,6 +40,7 @@ class TransformerClassifierConfig:
     n_layers: int = 8
     dropout: float = 0.1
     attention_dropout: float = 0.1
+    gate_dropout: float = 0.0  # probability of closing a column's copy gate in training (thesis E.1)
     attention: str = "softmax"
     copy_gate: bool = False
     shared_layers: bool = True
@@ -55,6 +56,8 @@ class TransformerClassifierConfig:
             raise UserError(f"unknown model.readout {self.readout!r}; valid choices: last, first")
         if self.d_model % self.n_heads:
             raise UserError(f"model.d_model={self.d_model} is not divisible by model.n_heads={self.n_heads}")
+        if not 0.0 <= self.gate_dropout < 1.0:
+            raise UserError(f"model.gate_dropout must be in [0, 1), got {self.gate_dropout}")
         if self.n_layers < 1:
             raise UserError(f"model.n_layers must be >= 1, got {self.n_layers}")
         if self.test_layers and not self.shared_layers:
@@ -80,6 +83,7 @@ class TransformerClassifier(nn.Module):
                 config.attention,
                 config.copy_gate,
                 config.attention_dropout,
+                config.gate_dropout,
             )
 
         n_modules = 1 if config.shared_layers else config.n_layers

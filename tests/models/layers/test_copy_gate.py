@@ -39,3 +39,25 @@ def test_gate_bias_starts_mostly_closed() -> None:
         gate.ffn[-1].weight.zero_()
     g = gate.gate(torch.randn(5, 32))
     torch.testing.assert_close(g, torch.full_like(g, torch.sigmoid(torch.tensor(-3.0)).item()))
+
+
+def test_gate_dropout_closes_whole_columns_in_training_only() -> None:
+    torch.manual_seed(0)
+    gate = CopyGate(8, gate_dropout=1.0)
+    with torch.no_grad():
+        gate.ffn[-1].bias.fill_(1e4)  # open: without gate dropout the output is the update
+    attended, update, previous = torch.randn(3, 4, 5, 8).unbind(0)
+    out, _ = gate.train()(attended, update, previous)
+    torch.testing.assert_close(out, previous)
+    out, _ = gate.eval()(attended, update, previous)
+    torch.testing.assert_close(out, update)
+
+    gate = CopyGate(8, gate_dropout=0.3).train()
+    with torch.no_grad():
+        gate.ffn[-1].bias.fill_(1e4)
+    attended, update, previous = torch.randn(3, 100, 50, 8).unbind(0)
+    out, _ = gate(attended, update, previous)
+    kept = (out == previous).all(-1)  # a column is either fully copied or fully updated
+    updated = (out == update).all(-1)
+    assert torch.all(kept | updated)
+    assert abs(kept.float().mean().item() - 0.3) < 0.03

@@ -3,6 +3,10 @@
 ``g = sigmoid(FFN_gate(a))`` (eq. 5.3) and ``h_next = g * u + (1 - g) * h`` (eq. 5.4). The final
 gate bias starts at -3 so that, initially, layers barely update and gradients flow through the
 copy path (thesis 5.1.1).
+
+Gate dropout (thesis E.1, "NDR uses a gate dropout of 0.1"): during training each column's gate is
+closed entirely with probability ``gate_dropout``, so the network learns to tolerate a column
+waiting one more step.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ GATE_BIAS_INIT = -3.0
 
 
 class CopyGate(nn.Module):
-    def __init__(self, d_model: int, bias_init: float = GATE_BIAS_INIT) -> None:
+    def __init__(self, d_model: int, bias_init: float = GATE_BIAS_INIT, gate_dropout: float = 0.0) -> None:
         super().__init__()
+        self.gate_dropout = gate_dropout
         # eq. 5.5 with W_1^gate, W_2^gate in R^{d x d}
         self.ffn = nn.Sequential(nn.Linear(d_model, d_model), nn.ReLU(), nn.Linear(d_model, d_model))
         nn.init.constant_(self.ffn[-1].bias, bias_init)
@@ -28,4 +33,7 @@ class CopyGate(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Return the gated state (eq. 5.4) and the gate values (for inspection)."""
         g = self.gate(attended)
+        if self.training and self.gate_dropout > 0:
+            closed = torch.rand(*g.shape[:-1], 1, device=g.device) < self.gate_dropout
+            g = g.masked_fill(closed, 0.0)
         return g * update + (1 - g) * previous, g

@@ -47,13 +47,14 @@ class EncoderLayer(nn.Module):
         attention: str,
         copy_gate: bool,
         attention_dropout: float = 0.0,
+        gate_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.attention = build_attention(attention, d_model, n_heads, attention_dropout)
         self.attention_norm = nn.LayerNorm(d_model)
         self.ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))  # eq. 5.5
         self.dropout = nn.Dropout(dropout)
-        self.copy_gate = CopyGate(d_model) if copy_gate else None
+        self.copy_gate = CopyGate(d_model, gate_dropout=gate_dropout) if copy_gate else None
         # thesis D.3.3: gated models without geometric attention use tanh instead of LN in eq. 5.2
         self.update_norm: nn.Module = (
             nn.Tanh() if copy_gate and attention != "geometric" else nn.LayerNorm(d_model)
