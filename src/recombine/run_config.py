@@ -36,7 +36,8 @@ class TrainConfig:
     eval_batch_size: int = 1024
     log_every: int = 50
     threads: int = 0  # 0: PyTorch's default
-    sampling: str = "uniform"  # "depth_balanced": uniform over depths, then within the depth
+    sampling: str = "uniform"  # "depth_balanced": uniform over depths (groups), then within the depth
+    label_smoothing: float = 0.0  # cross-entropy label smoothing (Szegedy et al., 2016); 0 = off
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -51,6 +52,8 @@ class TrainConfig:
                 raise UserError(f"train.{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise UserError(f"train.lr must be > 0, got {self.lr}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise UserError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
 
 
 @dataclass

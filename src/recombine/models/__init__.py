@@ -1,11 +1,13 @@
 """Model registry: ``recombine.models.build("ndr", task.spec, d_model=128)``.
 
 Presets are the same architecture under another name with other defaults (timm style), so any
-preset can still be changed field by field: ``model=ndr model.n_layers=10``.
+preset can still be changed field by field: ``model=ndr model.n_layers=10``. Every model is built for
+one task kind (``names(kind="seq2seq")``); its factory refuses a task of another kind.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
@@ -14,10 +16,28 @@ from recombine.config_validation import build_config
 from recombine.errors import UserError
 from recombine.models.lstm_classifier import LSTMClassifier, LSTMClassifierConfig
 from recombine.models.transformer_classifier import TransformerClassifier, TransformerClassifierConfig
+from recombine.models.transformer_seq2seq import TransformerSeq2Seq, TransformerSeq2SeqConfig
 from recombine.registry import Registry
-from recombine.tasks.base import TaskSpec
+from recombine.tasks.base import TaskKind, TaskSpec
 
 MODELS: Registry = Registry("model")
+#: model name -> the task kind it is built for
+KINDS: dict[str, TaskKind] = {}
+
+
+def _add(
+    kind: TaskKind,
+    name: str,
+    config_class: type,
+    factory: Callable[..., nn.Module],
+    description: str,
+    **defaults: Any,
+) -> None:
+    MODELS.add(name, config_class, factory, description, **defaults)
+    KINDS[name] = kind
+
+
+# --- classifiers (thesis ch. 5) ---
 
 
 def _transformer(spec: TaskSpec, config: TransformerClassifierConfig) -> nn.Module:
@@ -33,11 +53,23 @@ def _lstm(spec: TaskSpec, config: LSTMClassifierConfig) -> nn.Module:
 
 
 _T = TransformerClassifierConfig
-MODELS.add(
-    "transformer", _T, _transformer, "Universal Transformer encoder classifier, absolute sinusoidal PE"
+_add(
+    "classify",
+    "transformer",
+    _T,
+    _transformer,
+    "Universal Transformer encoder classifier, absolute sinusoidal PE",
 )
-MODELS.add("transformer_rel", _T, _transformer, "+ relative PE (Transformer-XL form)", attention="relative")
-MODELS.add(
+_add(
+    "classify",
+    "transformer_rel",
+    _T,
+    _transformer,
+    "+ relative PE (Transformer-XL form)",
+    attention="relative",
+)
+_add(
+    "classify",
     "transformer_rel_gate",
     _T,
     _transformer,
@@ -45,7 +77,8 @@ MODELS.add(
     attention="relative",
     copy_gate=True,
 )
-MODELS.add(
+_add(
+    "classify",
     "transformer_absrel_gate",
     _T,
     _transformer,
@@ -53,14 +86,16 @@ MODELS.add(
     attention="gated_absrel",
     copy_gate=True,
 )
-MODELS.add(
+_add(
+    "classify",
     "transformer_geom",
     _T,
     _transformer,
     "+ geometric attention with directional encoding, no gate (thesis 5.1.2)",
     attention="geometric",
 )
-MODELS.add(
+_add(
+    "classify",
     "ndr",
     _T,
     _transformer,
@@ -68,8 +103,9 @@ MODELS.add(
     attention="geometric",
     copy_gate=True,
 )
-MODELS.add("lstm", LSTMClassifierConfig, _lstm, "LSTM classifier reading the final hidden state")
-MODELS.add(
+_add("classify", "lstm", LSTMClassifierConfig, _lstm, "LSTM classifier reading the final hidden state")
+_add(
+    "classify",
     "bilstm",
     LSTMClassifierConfig,
     _lstm,
@@ -79,13 +115,58 @@ MODELS.add(
 )
 
 
+# --- seq2seq (thesis ch. 4) ---
+
+
+def _transformer_seq2seq(spec: TaskSpec, config: TransformerSeq2SeqConfig) -> nn.Module:
+    if spec.kind != "seq2seq":
+        raise UserError(f"this Transformer is a seq2seq encoder-decoder; the task is of kind {spec.kind!r}")
+    return TransformerSeq2Seq(spec, config)
+
+
+_S = TransformerSeq2SeqConfig
+_add(
+    "seq2seq",
+    "transformer_seq2seq",
+    _S,
+    _transformer_seq2seq,
+    "Transformer encoder-decoder, absolute sinusoidal PE (thesis 4.1.2)",
+)
+_add(
+    "seq2seq",
+    "transformer_seq2seq_universal",
+    _S,
+    _transformer_seq2seq,
+    "+ shared layers (universal Transformer, thesis 4.1.2)",
+    shared_layers=True,
+)
+_add(
+    "seq2seq",
+    "transformer_seq2seq_rel",
+    _S,
+    _transformer_seq2seq,
+    "Transformer encoder-decoder, relative PE (Transformer-XL, symmetric in the encoder; thesis C.3)",
+    attention="relative",
+)
+_add(
+    "seq2seq",
+    "transformer_seq2seq_rel_universal",
+    _S,
+    _transformer_seq2seq,
+    "+ relative PE + shared layers (thesis 4.2.1)",
+    attention="relative",
+    shared_layers=True,
+)
+
+
 def build(name: str, spec: TaskSpec, **config: Any) -> nn.Module:
     entry = MODELS.get(name)
     return entry.factory(spec, build_config(entry, config, section="model"))
 
 
-def names() -> list[str]:
-    return MODELS.names()
+def names(kind: TaskKind | None = None) -> list[str]:
+    """Registered model names, all or only those built for tasks of ``kind``."""
+    return [name for name in MODELS.names() if kind is None or KINDS[name] == kind]
 
 
-__all__ = ["MODELS", "build", "names"]
+__all__ = ["KINDS", "MODELS", "build", "names"]

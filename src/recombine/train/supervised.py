@@ -1,5 +1,6 @@
-"""The supervised training loop (classification now; seq2seq and regression slot in as new
-``loss_and_predictions`` / metric pairs).
+"""The supervised training loop, one for every task kind with an objective (classification, seq2seq).
+
+What differs between kinds (batches, loss, evaluation metric) lives in :mod:`recombine.train.objectives`.
 
 Model selection follows thesis 4.2.2 / D.3.3: evaluate every ``eval_every`` steps on every
 validation and test split, select the checkpoint with the best *accuracy* on the OOD validation
@@ -27,7 +28,7 @@ from recombine.errors import UserError
 from recombine.run_config import RunConfig
 from recombine.runs.store import RunDir
 from recombine.tasks.base import TaskData
-from recombine.train.batching import PaddedSplit
+from recombine.train.objectives import objective_for
 from recombine.train.schedules import lr_multiplier
 
 
@@ -41,29 +42,6 @@ def build_task(config: RunConfig) -> TaskData:
 
 def build_model(config: RunConfig, task: TaskData) -> nn.Module:
     return models.MODELS.get(config.model_name).factory(task.spec, config.model)
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, split: PaddedSplit, batch_size: int) -> dict[str, Any]:
-    """Accuracy, mean loss, and accuracy per depth (task-defined difficulty) on a whole split."""
-    was_training = model.training
-    model.eval()
-    correct = torch.zeros(len(split), dtype=torch.bool)
-    total_loss, start = 0.0, 0
-    for tokens, lengths, targets in split.sequential_batches(batch_size):
-        logits = model(tokens, lengths)
-        total_loss += nn.functional.cross_entropy(logits, targets, reduction="sum").item()
-        correct[start : start + len(targets)] = logits.argmax(-1) == targets
-        start += len(targets)
-    model.train(was_training)
-    per_depth = {
-        str(int(d)): correct[split.depth == d].float().mean().item() for d in torch.unique(split.depth)
-    }
-    return {
-        "accuracy": correct.float().mean().item(),
-        "loss": total_loss / len(split),
-        "per_depth": per_depth,
-    }
 
 
 def fit(
@@ -84,11 +62,13 @@ def fit(
     task = build_task(config)
     torch.manual_seed(config.seed)
     model = build_model(config, task)  # raises a UserError when model and task kind do not fit
-    if task.kind != "classify":
-        raise UserError(f"training {task.kind} tasks is not supported yet (task {config.task_name!r})")
+    try:
+        objective = objective_for(task.spec, train_cfg.label_smoothing)
+    except UserError as e:
+        raise UserError(f"{e} (task {config.task_name!r})") from None
     run.write_config(config.to_dict())
     on_start()
-    splits = {name: PaddedSplit.from_split(split) for name, split in task.splits.items()}
+    splits = {name: objective.prepare(split) for name, split in task.splits.items()}
     selection = task.selection_split
     optimizer = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -142,11 +122,10 @@ def fit(
     bar = tqdm(total=train_cfg.steps, initial=step, disable=not progress, desc=run.path.name, leave=False)
     try:
         while step < train_cfg.steps:
-            tokens, lengths, targets = splits["train"].random_batch(
-                train_cfg.batch_size, batch_generator, depth_balanced=train_cfg.sampling == "depth_balanced"
+            batch = objective.batch(
+                splits["train"], train_cfg.batch_size, batch_generator, train_cfg.sampling == "depth_balanced"
             )
-            logits = model(tokens, lengths)
-            loss = nn.functional.cross_entropy(logits, targets)
+            loss, n_correct, n_examples = objective.loss(model, batch)
             if not math.isfinite(loss.item()):
                 run.write_result({"status": "diverged", "step": step + 1, "last_good_step": _last_step(run)})
                 raise TrainingDiverged(
@@ -162,9 +141,9 @@ def fit(
             step += 1
             bar.update(1)
 
-            window["loss"] += loss.item() * len(targets)
-            window["correct"] += int((logits.argmax(-1) == targets).sum())
-            window["count"] += len(targets)
+            window["loss"] += loss.item() * n_examples
+            window["correct"] += n_correct
+            window["count"] += n_examples
             if step % train_cfg.log_every == 0 or step == train_cfg.steps:
                 seconds = time.perf_counter() - window_start
                 record = {
@@ -188,7 +167,7 @@ def fit(
 
             if step % train_cfg.eval_every == 0 or step == train_cfg.steps:
                 results = {
-                    name: evaluate(model, splits[name], train_cfg.eval_batch_size)
+                    name: objective.evaluate(model, splits[name], train_cfg.eval_batch_size)
                     for name in task.evaluation_splits
                 }
                 run.append_metrics({"step": step, "kind": "eval", "splits": results})

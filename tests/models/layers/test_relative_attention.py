@@ -1,11 +1,14 @@
-"""Relative and gated abs/rel attention logits against a loop over the terms of thesis eq. D.7."""
+"""Relative and gated abs/rel attention logits against a loop over the terms of thesis eq. D.7; the
+causal form, key/value caching, and cross-attention."""
 
 from __future__ import annotations
 
 import torch
 
+from recombine.models.layers.kv_cache import KeyValueCache
 from recombine.models.layers.positional import sinusoidal_embedding
 from recombine.models.layers.relative_attention import RelativeSelfAttention
+from recombine.models.layers.softmax_attention import SoftmaxSelfAttention
 
 
 def naive_logits(attn: RelativeSelfAttention, h: torch.Tensor) -> torch.Tensor:
@@ -72,3 +75,47 @@ def test_relative_attention_is_translation_invariant_without_padding() -> None:
     mask = torch.tensor([[True, True, True, False, False, False, False]])
     _, long = attn(padded, key_padding_mask=mask)
     torch.testing.assert_close(long[:, :, 3:, 3:], short, atol=1e-6, rtol=1e-5)
+
+
+def test_causal_relative_attention_matches_masked_loop() -> None:
+    """Causal (decoder) form: the loop's logits with keys j > i removed from each query's softmax."""
+    torch.manual_seed(3)
+    attn = RelativeSelfAttention(8, 2).double()
+    torch.nn.init.normal_(attn.content_bias)
+    torch.nn.init.normal_(attn.position_bias)
+    h = torch.randn(2, 5, 8, dtype=torch.float64)
+    future = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    expected = naive_logits(attn, h).masked_fill(future, float("-inf")).softmax(-1)
+    _, weights = attn(h, causal=True)
+    torch.testing.assert_close(weights, expected)
+
+
+def test_cached_incremental_attention_equals_full_causal_attention() -> None:
+    """Feeding positions one at a time with a key/value cache gives the full causal outputs, for the
+    relative and the softmax form."""
+    torch.manual_seed(4)
+    h = torch.randn(2, 6, 8, dtype=torch.float64)
+    for attn in (RelativeSelfAttention(8, 2).double(), SoftmaxSelfAttention(8, 2).double()):
+        full, _ = attn(h, causal=True)
+        cache = KeyValueCache()
+        steps = [attn(h[:, t : t + 1], causal=True, cache=cache)[0] for t in range(6)]
+        torch.testing.assert_close(torch.cat(steps, dim=1), full)
+        assert cache.length == 6
+
+
+def test_cross_attention_reads_memory_and_reuses_its_cached_keys() -> None:
+    torch.manual_seed(5)
+    attn = SoftmaxSelfAttention(8, 2).double()
+    h, memory = torch.randn(2, 3, 8, dtype=torch.float64), torch.randn(2, 4, 8, dtype=torch.float64)
+    padding = torch.tensor([[False, False, False, True], [False] * 4])
+    w_q, w_k, w_v = attn.qkv.weight.split(8)
+    b_q, b_k, b_v = attn.qkv.bias.split(8)
+    q = (h @ w_q.T + b_q).view(2, 3, 2, 4).transpose(1, 2)
+    k = (memory @ w_k.T + b_k).view(2, 4, 2, 4).transpose(1, 2)
+    logits = (q @ k.transpose(-1, -2) / 2.0).masked_fill(padding[:, None, None, :], float("-inf"))
+    _, weights = attn(h, padding, memory=memory)
+    torch.testing.assert_close(weights, logits.softmax(-1))
+    cache = KeyValueCache()
+    first, _ = attn(h, padding, memory=memory, cache=cache)
+    again, _ = attn(h, padding, memory=torch.zeros_like(memory), cache=cache)  # keys come from the cache
+    torch.testing.assert_close(again, first)

@@ -8,7 +8,13 @@ Thesis eq. D.7 (Dai et al., 2019, extended in thesis D.2): the attention logit b
 
 with ``p = p_{i-j}`` (relative). The gated variant (term (e)) mixes ``p = r_i p_{i-j} + (1 - r_i) p_j``
 with a gate ``r_i = sigmoid(W_ar h_i + b_ar)`` (eq. D.6) computed per head from the target state.
-The encoder uses the symmetric variant: offsets ``i - j`` in ``[-(N-1), N-1]`` (thesis C.3).
+The encoder uses the symmetric variant: offsets ``i - j`` in ``[-(N-1), N-1]`` (thesis C.3). With
+``causal=True`` (a decoder, as in Transformer-XL itself) query ``i`` sees keys ``j <= i`` only, so only
+the offsets ``i - j`` in ``[0, N-1]`` occur.
+
+With a :class:`~recombine.models.layers.kv_cache.KeyValueCache` (incremental decoding) the keys and
+values of the new positions are appended to those of earlier calls, and the queries are the last
+positions: ``i`` runs over the newest ``N`` of all ``M`` positions.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from recombine.models.layers.kv_cache import KeyValueCache
 from recombine.models.layers.positional import sinusoidal_embedding
+from recombine.models.layers.softmax_attention import causal_mask
 
 
 class RelativeSelfAttention(nn.Module):
@@ -40,29 +48,46 @@ class RelativeSelfAttention(nn.Module):
         return keys.view(len(positions), self.n_heads, self.d_head).transpose(0, 1)
 
     def forward(
-        self, h: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+        self,
+        h: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        *,
+        causal: bool = False,
+        cache: KeyValueCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``h [B, N, d_model]``, optional bool ``key_padding_mask [B, M]`` (True = padded key), ``causal``
+        hides keys ``j > i``, ``cache`` holds earlier positions (``M = N`` without one).
+        Returns ``(out [B, N, d_model], attention [B, n_heads, N, M])``."""
         batch, length, _ = h.shape
         q, k, v = self.qkv(h).view(batch, length, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        n_keys = k.shape[2]
         # thesis D.3.3: dropout on the content and position query components
         content = (self.dropout(q) + self.content_bias[:, None]) @ k.transpose(-1, -2)  # (a) + (c)
         position_query = self.dropout(q) + self.position_bias[:, None]  # queries of (b) + (d)
 
-        offsets = torch.arange(length - 1, -length, -1, device=h.device)  # i - j from N-1 down to -(N-1)
-        by_offset = position_query @ self._position_keys(offsets).transpose(-1, -2)  # [B, H, N, 2N-1]
-        i = torch.arange(length, device=h.device)
-        offset_index = (length - 1) - (i[:, None] - i[None, :])  # column of offset i - j
-        relative = by_offset.gather(-1, offset_index.expand(batch, self.n_heads, length, length))
+        # i - j from M-1 down to -(M-1) (symmetric, thesis C.3), or down to 0 (causal)
+        offsets = torch.arange(n_keys - 1, -1 if causal else -n_keys, -1, device=h.device)
+        by_offset = position_query @ self._position_keys(offsets).transpose(-1, -2)  # [B, H, N, 2M-1 or M]
+        i = torch.arange(n_keys - length, n_keys, device=h.device)  # the queries are the last positions
+        j = torch.arange(n_keys, device=h.device)
+        offset_index = (n_keys - 1) - (i[:, None] - j[None, :])  # column of offset i - j
+        if causal:
+            offset_index = offset_index.clamp(max=n_keys - 1)  # j > i: any column, masked below
+        relative = by_offset.gather(-1, offset_index.expand(batch, self.n_heads, length, n_keys))
         if self.absolute_gate is None:
             position = relative
         else:  # term (e): r_i p_{i-j} + (1 - r_i) p_j, linear in p so the logits mix the same way
-            absolute = position_query @ self._position_keys(i).transpose(-1, -2)
+            absolute = position_query @ self._position_keys(j).transpose(-1, -2)
             r = torch.sigmoid(self.absolute_gate(h)).transpose(1, 2).unsqueeze(-1)  # [B, H, N, 1]
             position = r * relative + (1 - r) * absolute
 
         logits = (content + position) * self.d_head**-0.5
         if key_padding_mask is not None:
             logits = logits.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+        if causal:
+            logits = logits.masked_fill(causal_mask(length, n_keys, h.device), float("-inf"))
         attention = logits.softmax(-1)
         out = (attention @ v).transpose(1, 2).reshape(batch, length, -1)
         return self.out(out), attention
