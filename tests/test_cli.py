@@ -101,3 +101,22 @@ def test_model_task_kind_mismatch_is_one_line_and_writes_no_run(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "classifier" in err
     assert not run.exists()
+
+
+def test_overrides_may_follow_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run"
+    argv = ["train", "--run-dir", str(run), "--no-progress", "task=ctl", "task.n_train=100"]
+    argv += [
+        "task.n_valid_iid=10",
+        "task.n_valid_ood=10",
+        "task.n_test_ood=10",
+        "model=lstm",
+        "model.d_model=8",
+    ]
+    argv += ["train.steps=2", "train.eval_every=1", "train.threads=1"]
+    assert main(argv) == 0
+    assert (run / "result.json").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tasks", "extra"])
+    assert exit_info.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err

@@ -243,9 +243,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    # `train` takes key=value overrides before and after its options (argparse stops at the first)
+    if extra and (args.command != "train" or any(item.startswith("-") for item in extra)):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "train":
-        items = list(args.items)
+        items = list(args.items) + extra
         args.recipe = items.pop(0) if items and items[0].endswith((".yaml", ".yml")) else None
         args.overrides = items
     try:
