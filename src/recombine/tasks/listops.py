@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,6 +53,7 @@ from recombine.errors import UserError
 from recombine.tasks import TASKS
 from recombine.tasks.base import ClassificationSplit, TaskData, Vocabulary
 from recombine.tasks.cache import cached
+from recombine.tasks.depth_splits import cache_config, check_depth_groups, check_split_sizes
 
 #: Bump whenever generation changes, so cached tasks are rebuilt.
 VERSION = 1
@@ -434,18 +435,7 @@ def _generate(config: ListOpsConfig, seed: int) -> dict[str, _CompactSplit]:
 
 
 def _validate(config: ListOpsConfig) -> None:
-    groups: dict[str, set[int]] = {}
-    for name in ("train_depths", "valid_ood_depths", "test_ood_depths"):
-        depths = [int(d) for d in getattr(config, name)]
-        if not depths or min(depths) < 1 or len(set(depths)) != len(depths):
-            raise UserError(f"task.{name} must be a non-empty list of distinct dependency depths >= 1")
-        groups[name] = set(depths)
-    if (
-        groups["train_depths"] & groups["valid_ood_depths"]
-        or groups["train_depths"] & groups["test_ood_depths"]
-        or groups["valid_ood_depths"] & groups["test_ood_depths"]
-    ):
-        raise UserError("task: train_depths, valid_ood_depths and test_ood_depths must not overlap")
+    groups = check_depth_groups(config, min_depth=1, what="dependency depths")
     if not 2 <= config.max_args <= 20:
         raise UserError(f"task.max_args must be between 2 and 20, got {config.max_args}")
     if not 0.0 <= config.p_op <= 1.0:
@@ -456,17 +446,7 @@ def _validate(config: ListOpsConfig) -> None:
             f"task.max_length={config.max_length} is too short for dependency depth {deepest} "
             f"(needs at least {3 * deepest + 1} tokens)"
         )
-    for name in ("n_train", "n_valid_iid", "n_valid_ood", "n_test_ood"):
-        if getattr(config, name) < 1:
-            raise UserError(f"task.{name} must be >= 1")
-
-
-def _config_dict(config: ListOpsConfig) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for f in fields(config):
-        value = getattr(config, f.name)
-        out[f.name] = [int(v) for v in value] if f.name.endswith("_depths") else value
-    return out
+    check_split_sizes(config)
 
 
 @TASKS.register(
@@ -478,7 +458,7 @@ def build_listops(config: ListOpsConfig, seed: int) -> TaskData:
     """Build (or load from the cache) ListOps with dependency-depth splits (thesis 5.2.3, D.3.2)."""
     _validate(config)
     compact = cached(
-        "listops", VERSION, _config_dict(config) | {"seed": int(seed)}, lambda: _generate(config, seed)
+        "listops", VERSION, cache_config(config) | {"seed": int(seed)}, lambda: _generate(config, seed)
     )
     return TaskData(
         name="listops",

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from recombine.errors import UserError
 from recombine.tasks import TASKS
 from recombine.tasks.base import ClassificationSplit, TaskData, Vocabulary
 from recombine.tasks.cache import cached
+from recombine.tasks.depth_splits import cache_config, check_depth_groups, check_split_sizes
 
 #: Bump whenever generation changes, so cached tasks are rebuilt.
 VERSION = 1
@@ -272,15 +273,7 @@ def _generate(config: ArithmeticConfig, seed: int) -> dict[str, dict[str, np.nda
 
 
 def _validate(config: ArithmeticConfig) -> None:
-    groups: dict[str, set[int]] = {}
-    for name in ("train_depths", "valid_ood_depths", "test_ood_depths"):
-        depths = [int(d) for d in getattr(config, name)]
-        if not depths or min(depths) < 0 or len(set(depths)) != len(depths):
-            raise UserError(f"task.{name} must be a non-empty list of distinct depths >= 0")
-        groups[name] = set(depths)
-    train, valid_ood, test_ood = groups["train_depths"], groups["valid_ood_depths"], groups["test_ood_depths"]
-    if train & valid_ood or train & test_ood or valid_ood & test_ood:
-        raise UserError("task: train_depths, valid_ood_depths and test_ood_depths must not overlap")
+    groups = check_depth_groups(config, min_depth=0, what="depths")
     if not 0.0 <= config.p_subop <= 1.0:
         raise UserError(f"task.p_subop must be a probability in [0, 1], got {config.p_subop}")
     deepest = max(max(g) for g in groups.values())
@@ -289,17 +282,7 @@ def _validate(config: ArithmeticConfig) -> None:
             f"task.max_length={config.max_length} is too short for depth {deepest} "
             f"(needs at least {4 * deepest + 1} tokens)"
         )
-    for name in ("n_train", "n_valid_iid", "n_valid_ood", "n_test_ood"):
-        if getattr(config, name) < 1:
-            raise UserError(f"task.{name} must be >= 1")
-
-
-def _config_dict(config: ArithmeticConfig) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for f in fields(config):
-        value = getattr(config, f.name)
-        out[f.name] = [int(v) for v in value] if f.name.endswith("_depths") else value
-    return out
+    check_split_sizes(config)
 
 
 @TASKS.register(
@@ -311,7 +294,7 @@ def build_arithmetic(config: ArithmeticConfig, seed: int) -> TaskData:
     """Build (or load from the cache) the simple arithmetic task (thesis 5.2.2, D.3.2)."""
     _validate(config)
     flat = cached(
-        "arithmetic", VERSION, _config_dict(config) | {"seed": int(seed)}, lambda: _generate(config, seed)
+        "arithmetic", VERSION, cache_config(config) | {"seed": int(seed)}, lambda: _generate(config, seed)
     )
     return TaskData(
         name="arithmetic",
