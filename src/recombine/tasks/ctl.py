@@ -29,6 +29,7 @@ from recombine.errors import UserError, choices_hint
 from recombine.tasks import TASKS
 from recombine.tasks.base import ClassificationSplit, TaskData, Vocabulary
 from recombine.tasks.cache import cached
+from recombine.tasks.depth_splits import balanced_counts
 
 #: Bump whenever generation changes, so cached tasks are rebuilt.
 VERSION = 1
@@ -137,27 +138,6 @@ def _validate(config: CTLConfig) -> None:
         raise UserError("task: n_symbols * n_functions**max_length must be below 2**62")
 
 
-def _balanced_counts(caps: Sequence[int], total: int, what: str) -> list[int]:
-    """Split ``total`` over bins as evenly as possible with ``counts[i] <= caps[i]`` (water filling)."""
-    if total > sum(caps):
-        raise UserError(f"task: {what} asks for {total} examples but only {sum(caps)} distinct exist")
-    counts = [0] * len(caps)
-    remaining = total
-    active = [i for i, cap in enumerate(caps) if cap > 0]
-    while remaining > 0:
-        share = remaining // len(active)
-        if share == 0:  # fewer left than open bins: one more each for the first ones
-            for i in active[:remaining]:
-                counts[i] += 1
-            break
-        for i in active:
-            add = min(share, caps[i] - counts[i])
-            counts[i] += add
-            remaining -= add
-        active = [i for i in active if counts[i] < caps[i]]
-    return counts
-
-
 def _proportional_counts(weights: Sequence[int], total: int) -> list[int]:
     """Largest-remainder apportionment of ``total`` proportionally to ``weights``."""
     weight_sum = sum(weights)
@@ -241,7 +221,7 @@ def _generate(config: CTLConfig, seed: int) -> TaskData:
     train.add(*_decode_codes(np.arange(n_symbols * n_functions, dtype=np.int64), 1, n_functions))
     pool_lengths = list(range(2, config.train_max_length + 1))
     pool_total = config.n_train - n_symbols * n_functions + config.n_valid_iid
-    pool_counts = _balanced_counts(
+    pool_counts = balanced_counts(
         [n_symbols * n_functions**length for length in pool_lengths], pool_total, "train + valid_iid"
     )
     valid_counts = _proportional_counts(pool_counts, config.n_valid_iid)
@@ -261,7 +241,7 @@ def _generate(config: CTLConfig, seed: int) -> TaskData:
         ("test_ood", config.test_ood_lengths, config.n_test_ood, rng_test_ood),
     ):
         lengths = sorted(int(x) for x in lengths)
-        counts = _balanced_counts([n_symbols * n_functions**length for length in lengths], size, name)
+        counts = balanced_counts([n_symbols * n_functions**length for length in lengths], size, name)
         builder = _SplitBuilder(table, config)
         for length, count in zip(lengths, counts, strict=True):
             if count:

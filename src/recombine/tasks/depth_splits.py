@@ -1,4 +1,4 @@
-"""Checks shared by tasks whose splits are defined by depth (arithmetic, ListOps; thesis D.3.2).
+"""Helpers shared by tasks whose splits are defined by depth (CTL, arithmetic, ListOps; thesis D.3.2).
 
 Each such config has ``train_depths``, ``valid_ood_depths`` and ``test_ood_depths`` (lists of
 ints) and the split sizes ``n_train``, ``n_valid_iid``, ``n_valid_ood``, ``n_test_ood``.
@@ -6,6 +6,7 @@ ints) and the split sizes ``n_train``, ``n_valid_iid``, ``n_valid_ood``, ``n_tes
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -43,3 +44,23 @@ def cache_config(config: Any) -> dict[str, object]:
         else getattr(config, f.name)
         for f in fields(config)
     }
+
+
+def balanced_counts(caps: Sequence[int], total: int, what: str) -> list[int]:
+    """Split ``total`` over bins as evenly as possible with ``counts[i] <= caps[i]`` (water filling)."""
+    if total > sum(caps):
+        raise UserError(f"task: {what} asks for {total} examples but only {sum(caps)} distinct ones exist")
+    counts = [0] * len(caps)
+    remaining, active = total, [i for i, cap in enumerate(caps) if cap > 0]
+    while remaining > 0:
+        share = remaining // len(active)
+        if share == 0:  # fewer left than open bins: one more for each of the first ones
+            for i in active[:remaining]:
+                counts[i] += 1
+            break
+        for i in active:
+            add = min(share, caps[i] - counts[i])
+            counts[i] += add
+            remaining -= add
+        active = [i for i in active if counts[i] < caps[i]]
+    return counts

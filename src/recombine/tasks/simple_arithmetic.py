@@ -39,7 +39,7 @@ from recombine.errors import UserError
 from recombine.tasks import TASKS
 from recombine.tasks.base import ClassificationSplit, TaskData, Vocabulary
 from recombine.tasks.cache import cached
-from recombine.tasks.depth_splits import cache_config, check_depth_groups, check_split_sizes
+from recombine.tasks.depth_splits import balanced_counts, cache_config, check_depth_groups, check_split_sizes
 
 #: Bump whenever generation changes, so cached tasks are rebuilt.
 VERSION = 1
@@ -197,26 +197,6 @@ def _caps(depths: Sequence[int]) -> list[int]:
         n = count_expressions(depth)
         caps.append(n if n <= _ENUMERATE_LIMIT else n // 2)
     return caps
-
-
-def balanced_counts(caps: Sequence[int], total: int, what: str) -> list[int]:
-    """Split ``total`` over bins as evenly as possible with ``counts[i] <= caps[i]`` (water filling)."""
-    if total > sum(caps):
-        raise UserError(f"task: {what} asks for {total} examples but only {sum(caps)} distinct ones exist")
-    counts = [0] * len(caps)
-    remaining, active = total, [i for i, cap in enumerate(caps) if cap > 0]
-    while remaining > 0:
-        share = remaining // len(active)
-        if share == 0:  # fewer left than open bins: one more for each of the first ones
-            for i in active[:remaining]:
-                counts[i] += 1
-            break
-        for i in active:
-            add = min(share, caps[i] - counts[i])
-            counts[i] += add
-            remaining -= add
-        active = [i for i in active if counts[i] < caps[i]]
-    return counts
 
 
 def _split(parts: list[tuple[list[tuple[str, int]], int]], rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -133,7 +133,8 @@ def _masked_logits(logits: torch.Tensor, padding_bias: torch.Tensor | None) -> t
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    """At least float32 (half-precision inputs are computed in float32, float64 stays float64)."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def geometric_attention_weights(
