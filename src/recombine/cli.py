@@ -91,8 +91,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from recombine import experiments
+    from recombine import experiments, run_config
     from recombine.experiments.reproduction import run_grid
+    from recombine.experiments.scripted_reproduction import ScriptedReproduction, run_scripted
     from recombine.runs.report import render_reproduction
 
     if args.list:
@@ -104,17 +105,28 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         names = ", ".join(sorted(experiments.REPRODUCTIONS))
         raise UserError(f"name a reproduction (or --list); valid choices: {names}")
     reproduction = experiments.get(args.name)
-    if args.seeds < 1:
+    if args.seeds is not None and args.seeds < 1:
         raise UserError("--seeds must be >= 1")
     out = (
         Path(args.out)
         if args.out
-        else Path("runs") / f"reproduce-{args.name}" + ("-quick" if args.quick else "")
+        else Path("runs") / (f"reproduce-{args.name}" + ("-quick" if args.quick else ""))
     )
+    if isinstance(reproduction, ScriptedReproduction):
+        if args.models:
+            raise UserError(f"--models picks rows of grid reproductions; {args.name} takes overrides instead")
+        report = run_scripted(
+            reproduction, out, args.seeds, args.quick, run_config.parse_overrides(args.overrides)
+        )
+        print(report.read_text())
+        print(f"report: {report}, data: {out / 'results.json'}")
+        return 0
+    if args.overrides:
+        raise UserError(f"{args.name} is a grid of runs; change it with a recipe (recombine sweep)")
     run_grid(
         reproduction,
         out,
-        seeds=args.seeds,
+        seeds=args.seeds if args.seeds is not None else reproduction.seeds,
         quick=args.quick,
         jobs=args.jobs,
         labels=[label.strip() for label in args.models.split(",")] if args.models else None,
@@ -126,6 +138,12 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.index:
+        from recombine.runs.html_index import render_index
+
+        print(render_index(Path(args.path)))
+        print(f"html: {Path(args.path) / 'index.html'}")
+        return 0
     from recombine.runs.report import render
 
     print(render(Path(args.path), html=args.html))
@@ -138,9 +156,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from recombine.experiments.executors import make_executor
     from recombine.experiments.recipe import load_sweep_recipe
     from recombine.experiments.reproduction import run_trials
+    from recombine.experiments.scripted_reproduction import ScriptedRecipe
     from recombine.runs.report import render_reproduction
 
     recipe = load_sweep_recipe(args.recipe)
+    if isinstance(recipe, ScriptedRecipe):
+        return _sweep_scripted(recipe, args)
     executor = make_executor(args.executor, args.workers, args.address)
     seeds = recipe.seeds if args.seeds is None else args.seeds
     if seeds < 1:
@@ -148,7 +169,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = (
         Path(args.out)
         if args.out
-        else Path("runs") / f"sweep-{recipe.name}" + ("-quick" if args.quick else "")
+        else Path("runs") / (f"sweep-{recipe.name}" + ("-quick" if args.quick else ""))
     )
     grid = run_trials(
         recipe,
@@ -166,6 +187,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             f"{len(grid.failed)} of {len(grid.outcomes)} trials failed; re-run to retry them", file=sys.stderr
         )
         return 1
+    return 0
+
+
+def _sweep_scripted(recipe: Any, args: argparse.Namespace) -> int:
+    """A recipe naming a scripted reproduction: its experiment runs in this process."""
+    if args.executor != "local" or args.models:
+        raise UserError(
+            f"{recipe.name} runs the scripted experiment {recipe.reproduction.name} in this process; "
+            "--executor ray and --models apply to grid recipes"
+        )
+    if args.seeds is not None and args.seeds < 1:
+        raise UserError("--seeds must be >= 1")
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("runs") / (f"sweep-{recipe.name}" + ("-quick" if args.quick else ""))
+    )
+    report = recipe.run(out, args.seeds, args.quick)
+    print(report.read_text())
+    print(f"report: {report}, data: {out / 'results.json'}")
     return 0
 
 
@@ -286,7 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce = commands.add_parser("reproduce", help="run a paper table at CPU scale and write a report")
     reproduce.add_argument("name", nargs="?", help="reproduction name, e.g. ndr-ctl")
     reproduce.add_argument("--list", action="store_true", help="list the named reproductions")
-    reproduce.add_argument("--seeds", type=int, default=3)
+    reproduce.add_argument(
+        "overrides", nargs="*", help="key=value changes to a scripted reproduction's config (e.g. steps=500)"
+    )
+    reproduce.add_argument("--seeds", type=int, help="number of seeds (default: the reproduction's own)")
     reproduce.add_argument(
         "--quick", action="store_true", help="a few hundred steps: checks the pipeline only"
     )
@@ -352,6 +396,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--html", action="store_true", help="also write a static report.html beside report.md"
     )
+    report.add_argument(
+        "--index",
+        action="store_true",
+        help="write PATH/index.html and PATH/index.md over every reproduction and sweep directory under PATH",
+    )
 
     sweep = commands.add_parser(
         "sweep", help="run a grid recipe (models x settings x seeds) locally or on Ray, then report"
@@ -382,12 +431,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # `train` takes key=value overrides before and after its options (argparse stops at the first)
-    if extra and (args.command != "train" or any(item.startswith("-") for item in extra)):
+    if extra and (args.command not in ("train", "reproduce") or any(item.startswith("-") for item in extra)):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "train":
         items = list(args.items) + extra
         args.recipe = items.pop(0) if items and items[0].endswith((".yaml", ".yml")) else None
         args.overrides = items
+    if args.command == "reproduce":
+        args.overrides = list(args.overrides) + extra
     try:
         return args.handler(args)
     except UserError as e:
@@ -396,3 +447,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: resume with `recombine train --resume RUN`", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
+        sys.stderr.close()
+        return 0

@@ -1,79 +1,42 @@
 """The sweep report (Markdown and HTML) against hand-computed aggregates, on a grid directory written
-by hand in the store's format: three finished seeds of one row, a failed trial in another."""
+by hand in the store's format (:mod:`toy_sweep`): three finished seeds of one row, a failed trial in
+another; and the HTML page of a scripted reproduction's own report.md."""
 
 from __future__ import annotations
 
 import base64
-import json
-import math
+import re
+from html.parser import HTMLParser
 from pathlib import Path
 
+import matplotlib
 import pytest
-import yaml
 
 from recombine.errors import UserError
+from recombine.runs.html_report import local_file, render_markdown_report
 from recombine.runs.report import collect, render
+from toy_sweep import expected_cells, write_toy_sweep
 
-OOD = [1.0, 0.96, 0.5]  # test_ood of seeds 1..3
-IID = [1.0, 1.0, 0.9]
-RECIPE = {
-    "name": "toy",
-    "description": "a hand-written grid",
-    "source": "nowhere",
-    "task": "ctl",
-    "columns": {"c": {}},
-    "variants": [{"label": "A", "model": {"name": "ndr"}}, {"label": "B", "model": {"name": "lstm"}}],
-    "success_threshold": 0.95,
-    "paper": {"A": {"c": {"mean": 0.9, "std": 0.05}}},
-}
+matplotlib.use("Agg")
 
 
 @pytest.fixture
 def grid(tmp_path: Path) -> Path:
-    entries = []
-    for seed, (ood, iid) in enumerate(zip(OOD, IID, strict=True), start=1):
-        run = tmp_path / "runs" / f"A--c--seed{seed}"
-        run.mkdir(parents=True)
-        (run / "config.yaml").write_text(yaml.safe_dump({"seed": seed}))
-        evals = [
-            {"kind": "eval", "step": s, "splits": {"test_ood": {"accuracy": ood * s / 20}}} for s in (10, 20)
-        ]
-        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
-        result = {
-            "status": "completed",
-            "steps": 20,
-            "best_step": 20,
-            "wall_time_s": 10.0 * seed,
-            "selected": {"test_ood": ood, "valid_iid": iid},
-        }
-        (run / "result.json").write_text(json.dumps(result))
-        entries.append({"variant": "A", "column": "c", "seed": seed, "run": f"runs/A--c--seed{seed}"})
-    failed = tmp_path / "runs" / "B--c--seed1"
-    failed.mkdir()
-    (failed / "failure.json").write_text(json.dumps({"reason": "killed by SIGKILL"}))
-    entries.append({"variant": "B", "column": "c", "seed": 1, "run": "runs/B--c--seed1"})
-    manifest = {"reproduction": "toy", "quick": False, "seeds": 3, "runs": entries, "recipe": RECIPE}
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    return tmp_path
+    return write_toy_sweep(tmp_path)
 
 
 def test_report_tables_match_hand_computed_aggregates(grid: Path) -> None:
-    mean = sum(OOD) / 3
-    std = math.sqrt(sum((v - mean) ** 2 for v in OOD) / 2)  # sample std over seeds
-    iid_mean = sum(IID) / 3
-    iid_std = math.sqrt(sum((v - iid_mean) ** 2 for v in IID) / 2)
+    cells = expected_cells()
     markdown = render(grid, html=True)
-    ours = f"{mean:.2f} ± {std:.2f} (2/3)"  # 1.0 and 0.96 reach the 0.95 threshold, 0.5 does not
-    iid = f"{iid_mean:.2f} ± {iid_std:.2f} (2/3)"
-    assert f"| A | {ours} | 0.90 ± 0.05 | {iid} | 20 |" in markdown  # 20 s: mean of 10, 20, 30
-    assert "| B | failed (1) | – | – | – |" in markdown
+    assert "| " + " | ".join(cells["A"]) + " |" in markdown
+    assert "| " + " | ".join(cells["B"]) + " |" in markdown
     assert "- runs/B--c--seed1: killed by SIGKILL" in markdown
     _, results = collect(grid)
     assert results["failed_runs"] == {"runs/B--c--seed1": "killed by SIGKILL"}
     assert results["table"]["A"]["c"]["ood"]["success_rate"] == pytest.approx(2 / 3)
 
     page = (grid / "report.html").read_text()
-    assert f"<td>A</td><td>{ours}</td><td>0.90 ± 0.05</td><td>{iid}</td><td>20</td>" in page
+    assert "".join(f"<td>{text}</td>" for text in cells["A"]) in page
     assert '<td class="failed">failed (1)</td>' in page
     assert "<code>runs/B--c--seed1</code>: killed by SIGKILL" in page
     # offline: the learning-curve PNG is embedded, nothing is fetched
@@ -86,3 +49,87 @@ def test_html_is_only_for_grids(grid: Path) -> None:
     with pytest.raises(UserError, match="single run"):
         render(grid / "runs" / "A--c--seed1", html=True)
     assert render(grid).startswith("# toy: a hand-written grid")
+
+
+class _Collect(HTMLParser):
+    """Tables as lists of rows of cell texts, and the ``src`` of every image."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self.images: list[str] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+        elif tag == "img":
+            self.images.append(dict(attrs)["src"] or "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def test_markdown_report_page_has_its_tables_and_embedded_images(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.plot([0, 1], [1, 0])
+    fig.savefig(tmp_path / "fig one.png", dpi=20)
+    plt.close(fig)
+    (tmp_path / "outside.png").write_bytes(b"not inside the report directory")
+    report = tmp_path / "report"
+    report.mkdir()
+    (tmp_path / "fig one.png").rename(report / "fig one.png")
+    (report / "report.md").write_text(
+        "# Toy (paper Tab. 9)\n\nSome **text**.\n\n"
+        "| arch | OOD | paper |\n|---|---|---|\n| FNN | 0.10 ± 0.01 (0/3) | 0.187 |\n| **mean** | 1 | 2 |\n\n"
+        "![a figure](fig%20one.png)\n![escape](../outside.png)\n![gone](missing.png)\n"
+    )
+    page = render_markdown_report(report).read_text()
+    parsed = _Collect()
+    parsed.feed(page)
+    rows = [["arch", "OOD", "paper"], ["FNN", "0.10 ± 0.01 (0/3)", "0.187"], ["mean", "1", "2"]]
+    assert parsed.tables == [rows]
+    embedded = "data:image/png;base64," + base64.b64encode((report / "fig one.png").read_bytes()).decode()
+    # the local image is embedded; a link out of the directory or to a missing file is left as it is
+    assert parsed.images == [embedded, "../outside.png", "missing.png"]
+    assert re.search(r"<title>Toy \(paper Tab. 9\)</title>", page)
+    assert "<strong>text</strong>" in page and "<script" not in page
+
+
+LINKS = [
+    ("a.png", True),
+    ("sub/b.png", True),
+    ("sub/../a.png", True),
+    ("../c.png", False),  # exists, but outside the report's directory
+    ("{base}/a.png", False),  # absolute
+    ("file://{base}/a.png", False),
+    ("http://example.org/a.png", False),
+    ("nothing.png", False),
+]
+
+
+@pytest.mark.parametrize(("reference", "inside"), LINKS)
+def test_local_file_accepts_only_files_inside_the_directory(
+    tmp_path: Path, reference: str, inside: bool
+) -> None:
+    base = tmp_path / "d"
+    (base / "sub").mkdir(parents=True)
+    for path in (base / "a.png", base / "sub" / "b.png", tmp_path / "c.png"):
+        path.write_bytes(b"x")
+    reference = reference.format(base=base)
+    found = local_file(base, reference)
+    assert (found is not None) == inside
+    if inside:
+        assert found == (base / reference).resolve()

@@ -12,15 +12,20 @@ Rows (``variants``), all with the same attention, embedding and readout:
 * ``sigma_moe``: ``N_E`` experts of ``G`` units, top-``K`` sigmoid selection, entropy regulariser ``gamma``,
   expert dropout ``delta`` (eqs. 7.11, 7.17-7.21, Tab. F.3);
 * ``switch``: ``N_E / 4`` experts of ``4 G`` units, ``K = 1``, softmax selection, eq. 7.16 with gamma = 0.01;
+* ``s_base``: ``N_E / 4`` experts of ``4 G`` units, ``K = 1``, Sinkhorn-balanced routing in training, sigmoid
+  weights, the entropy regulariser ``gamma`` (thesis 7.3, Tab. 7.4 "S-BASE, K = 1, G = 512", F.2);
 * ``topk``: the dense width with the top-``K G`` activation (the same number of active units; 7.2.1);
 * ``pkm``: parameter-matched product-key memory with ReLU (7.2.2, F.1.3).
 
 Training (thesis F.2 where it fits a CPU): Adam, linear warm-up then cosine decay to 0, gradient clipping at
-0.25, random windows of ``context`` characters (no Transformer-XL memory). Reported per row: bits per
-character on valid and test, parameters, the feed-forward multiply-adds per token relative to the dense row
-(without the selection, as in Tab. 7.3, and with it), training time, and the speed of a training step and of
-the feed-forward blocks alone, measured afterwards with the rows interleaved (medians over rounds, so load
-from other processes hits every row alike). For the MoE rows, expert utilisation on the validation set
+0.25, random windows of ``context`` tokens (no Transformer-XL memory). Every row is trained once per seed of
+``seeds`` (``other_rows_seeds`` limits the rows other than dense and sigma-MoE to the first seeds). Reported
+per row, as mean ± standard deviation over its seeds: bits per character on valid and test (perplexity per
+subword token for a SentencePiece corpus), parameters, the feed-forward multiply-adds per token relative to
+the dense row (without the selection, as in Tab. 7.3, and with it), training time, and the speed of a
+training step and of the feed-forward blocks alone, measured afterwards on the first seed's models with the
+rows interleaved (medians over rounds, so load from other processes hits every row alike). For the MoE rows,
+expert utilisation of the first seed's model on the validation set
 (:mod:`recombine.probes.expert_utilization`, Fig. 7.3).
 
 :func:`run_moe_lm` writes ``report.md``, ``results.json``, ``curves.png`` (validation bpc during training)
@@ -43,6 +48,7 @@ import torch.nn.functional as F
 
 from recombine.errors import UserError, choices_hint
 from recombine.models.layers.pkm import PKMConfig
+from recombine.models.layers.s_base import SBaseConfig
 from recombine.models.layers.sigma_moe import SigmaMoEConfig, parameter_matched_dense_width
 from recombine.models.layers.topk_mlp import TopKMLPConfig
 from recombine.models.transformer_lm import TransformerLM, TransformerLMConfig, bits_per_character
@@ -60,10 +66,12 @@ from recombine.tasks.language_modelling import (
 )
 from recombine.train.schedules import lr_multiplier
 
-VARIANTS = ("dense", "sigma_moe", "switch", "topk", "pkm")
+VARIANTS = ("dense", "sigma_moe", "switch", "s_base", "topk", "pkm")
+#: the rows trained with every seed even when ``other_rows_seeds`` limits the others
+MAIN_VARIANTS = ("dense", "sigma_moe")
 
-#: Thesis Tab. 7.3 (Enwik8, 41M parameters), bits per character.
-PAPER_ENWIK8_BPC = {"dense": 1.08, "sigma_moe": 1.08}
+#: Thesis Tab. 7.3 / 7.4 (Enwik8, 41M parameters), bits per character; Switch and S-BASE with K = 1, G = 512.
+PAPER_ENWIK8_BPC = {"dense": 1.08, "sigma_moe": 1.08, "switch": 1.08, "s_base": 1.32}
 
 
 @dataclass
@@ -86,7 +94,8 @@ class MoELMRunConfig:
     warmup_steps: int = 100
     grad_clip: float = 0.25  # F.2
     eval_every: int = 250
-    seed: int = 0
+    seeds: list[int] = field(default_factory=lambda: [0])
+    other_rows_seeds: int = 0  # > 0: rows other than dense / sigma_moe train only the first this many seeds
     speed_rounds: int = 5
     speed_steps: int = 3
     threads: int = 1
@@ -99,8 +108,21 @@ class MoELMRunConfig:
             raise UserError("need at least one variant")
         if min(self.steps, self.batch_size, self.context, self.eval_every, self.speed_rounds) < 1:
             raise UserError("steps, batch_size, context, eval_every and speed_rounds must be >= 1")
-        if self.n_experts % 4 and "switch" in self.variants:
-            raise UserError(f"the switch row needs n_experts divisible by 4, got {self.n_experts}")
+        for variant in ("switch", "s_base"):
+            if self.n_experts % 4 and variant in self.variants:
+                raise UserError(f"the {variant} row needs n_experts divisible by 4, got {self.n_experts}")
+        if not self.seeds:
+            raise UserError("need at least one seed (seeds=[0] for a single run)")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise UserError(f"seeds must be distinct, got {self.seeds}")
+        if self.other_rows_seeds < 0:
+            raise UserError(f"other_rows_seeds must be >= 0 (0: every seed), got {self.other_rows_seeds}")
+
+    def variant_seeds(self, variant: str) -> list[int]:
+        """The seeds ``variant`` is trained with."""
+        if variant in MAIN_VARIANTS or not self.other_rows_seeds:
+            return list(self.seeds)
+        return list(self.seeds[: self.other_rows_seeds])
 
     def model_config(self, variant: str) -> TransformerLMConfig:
         """The LM of one row; every row has (nearly) the sigma-MoE's parameter count."""
@@ -116,10 +138,13 @@ class MoELMRunConfig:
         )
         switch = SigmaMoEConfig.switch()
         switch.n_experts = self.n_experts // 4 if self.n_experts >= 4 else 1
+        s_base = SBaseConfig(n_experts=switch.n_experts, k=1, regularizer_weight=self.regularizer_weight)
         if variant == "sigma_moe":
             return TransformerLMConfig(**common, ffn="sigma_moe", d_ff=moe_width, sigma_moe=sigma)
         if variant == "switch":
             return TransformerLMConfig(**common, ffn="switch", d_ff=moe_width, switch=switch)
+        if variant == "s_base":
+            return TransformerLMConfig(**common, ffn="s_base", d_ff=moe_width, s_base=s_base)
         if variant == "topk":
             topk = TopKMLPConfig(k=min(self.k * self.expert_size, dense_width))
             return TransformerLMConfig(**common, ffn="topk", d_ff=dense_width, topk=topk)
@@ -130,12 +155,15 @@ class MoELMRunConfig:
         return TransformerLMConfig(**common, ffn="dense", d_ff=dense_width)
 
 
+MOE_KINDS = ("sigma_moe", "switch", "s_base")
+
+
 def feed_forward_flops(config: TransformerLMConfig, dense_width: int) -> dict[str, float]:
     """Multiply-adds per token of one feed-forward block relative to the dense row's ``2 d_model d_ff``:
     without the expert selection (the thesis's "% FLOPs", Tab. 7.3) and with it."""
     d, dense = config.d_model, 2 * config.d_model * dense_width
-    if config.ffn in ("sigma_moe", "switch"):
-        moe = config.sigma_moe if config.ffn == "sigma_moe" else config.switch
+    if config.ffn in MOE_KINDS:
+        moe = {"sigma_moe": config.sigma_moe, "switch": config.switch, "s_base": config.s_base}[config.ffn]
         active = 2 * d * moe.k * moe.resolved_expert_size(config.d_ff)
         return {"without_selection": active / dense, "with_selection": (active + moe.n_experts * d) / dense}
     if config.ffn == "topk":  # the up-projection is computed in full, the down-projection for K units only
@@ -151,8 +179,9 @@ def feed_forward_flops(config: TransformerLMConfig, dense_width: int) -> dict[st
 
 @torch.no_grad()
 def evaluate_bpc(model: TransformerLM, stream: np.ndarray, context: int, batch_size: int = 32) -> float:
-    """Bits per character of ``stream``: every token but the first predicted once, from the preceding
-    tokens of its window of ``context`` (:func:`evaluation_windows`)."""
+    """Mean bits per token of ``stream`` (bits per character for a character-level corpus): every token
+    but the first predicted once, from the preceding tokens of its window of ``context``
+    (:func:`evaluation_windows`)."""
     was_training = model.training
     model.eval()
     windows = evaluation_windows(stream, context)
@@ -173,15 +202,35 @@ def evaluate_bpc(model: TransformerLM, stream: np.ndarray, context: int, batch_s
 
 @dataclass
 class VariantResult:
+    """One training run (a row and a seed); ``valid_bits`` / ``test_bits`` are bits per token."""
+
     variant: str
+    seed: int
     parameters: int
     feed_forward_parameters: int
     flops: dict[str, float]
-    valid_bpc: float
-    test_bpc: float
+    valid_bits: float
+    test_bits: float
     train_seconds: float
     curve: list[dict[str, float]]
     utilization: dict[str, dict[str, float | int]] = field(default_factory=dict)
+
+
+@dataclass
+class RowSummary:
+    """A row over its seeds: mean and (sample) standard deviation of the metric (bpc, or perplexity for
+    subword tokens), the first seed's speed measurement."""
+
+    variant: str
+    seeds: list[int]
+    parameters: int
+    feed_forward_parameters: int
+    flops: dict[str, float]
+    valid_mean: float
+    valid_std: float
+    test_mean: float
+    test_std: float
+    train_seconds_mean: float
     speed: dict[str, float] = field(default_factory=dict)
 
 
@@ -200,16 +249,16 @@ def _training_step(
 
 
 def train_variant(
-    config: MoELMRunConfig, variant: str, data: LanguageModellingData
+    config: MoELMRunConfig, variant: str, data: LanguageModellingData, seed: int = 0
 ) -> tuple[TransformerLM, VariantResult, dict[str, ExpertUtilization]]:
-    torch.manual_seed(config.seed)
+    torch.manual_seed(seed)
     model_config = config.model_config(variant)
     model = TransformerLM(data.vocab_size, model_config)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_multiplier("cosine", config.warmup_steps, config.steps)
     )
-    rng = np.random.default_rng(config.seed)
+    rng = np.random.default_rng(seed)
     train = data.splits["train"]
     curve: list[dict[str, float]] = []
     elapsed, recent = 0.0, []
@@ -222,22 +271,23 @@ def train_variant(
         if step % config.eval_every == 0 or step == config.steps:
             valid = evaluate_bpc(model, data.splits["valid"], config.context)
             curve.append(
-                {"step": step, "train_bpc": float(np.mean(recent)), "valid_bpc": valid, "seconds": elapsed}
+                {"step": step, "train_bits": float(np.mean(recent)), "valid_bits": valid, "seconds": elapsed}
             )
             recent = []
     dense_width = parameter_matched_dense_width(config.d_model, config.n_experts, config.expert_size)
     result = VariantResult(
         variant=variant,
+        seed=seed,
         parameters=sum(p.numel() for p in model.parameters()),
         feed_forward_parameters=sum(p.numel() for layer in model.layers for p in layer.ffn.parameters()),
         flops=feed_forward_flops(model_config, dense_width),
-        valid_bpc=curve[-1]["valid_bpc"],
-        test_bpc=evaluate_bpc(model, data.splits["test"], config.context),
+        valid_bits=curve[-1]["valid_bits"],
+        test_bits=evaluate_bpc(model, data.splits["test"], config.context),
         train_seconds=elapsed,
         curve=curve,
     )
     utilization: dict[str, ExpertUtilization] = {}
-    if model_config.ffn in ("sigma_moe", "switch"):
+    if model_config.ffn in MOE_KINDS:
         batches = [
             torch.from_numpy(np.stack([w[0] for w in chunk]))
             for chunk in _full_windows(data.splits["valid"], config.context, 32)
@@ -261,7 +311,7 @@ def measure_speed(
     with learning rate 0, so the trained weights stay) and of the feed-forward blocks alone (forward +
     backward of every layer's block on random states of the same shape), the rows interleaved round by
     round."""
-    rng = np.random.default_rng(config.seed + 1)
+    rng = np.random.default_rng(config.seeds[0] + 1)
     x, y = (
         torch.from_numpy(a)
         for a in random_windows(data.splits["train"], config.batch_size, config.context, rng)
@@ -297,43 +347,102 @@ def measure_speed(
     }
 
 
+def metric_name(subword: bool) -> str:
+    return "perplexity" if subword else "bpc"
+
+
+def bits_to_metric(bits: float, subword: bool) -> float:
+    """Bits per token as the reported metric: perplexity ``2^bits`` per subword token, else bpc."""
+    return float(2.0**bits) if subword else bits
+
+
+def mean_and_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def summarize_rows(runs: list[VariantResult], subword: bool) -> list[RowSummary]:
+    """One :class:`RowSummary` per variant, in the order of ``runs``."""
+    by_variant: dict[str, list[VariantResult]] = {}
+    for run in runs:
+        by_variant.setdefault(run.variant, []).append(run)
+    rows = []
+    for variant, group in by_variant.items():
+        valid = mean_and_std([bits_to_metric(r.valid_bits, subword) for r in group])
+        test = mean_and_std([bits_to_metric(r.test_bits, subword) for r in group])
+        rows.append(
+            RowSummary(
+                variant=variant,
+                seeds=[r.seed for r in group],
+                parameters=group[0].parameters,
+                feed_forward_parameters=group[0].feed_forward_parameters,
+                flops=group[0].flops,
+                valid_mean=valid[0],
+                valid_std=valid[1],
+                test_mean=test[0],
+                test_std=test[1],
+                train_seconds_mean=statistics.fmean(r.train_seconds for r in group),
+            )
+        )
+    return rows
+
+
 @dataclass
 class MoELMResult:
     config: MoELMRunConfig
-    rows: list[VariantResult]
+    rows: list[RowSummary]
+    runs: list[VariantResult]
     corpus: dict[str, object]
+    metric: str = "bpc"
 
 
 def run_moe_lm(out_dir: str | Path, config: MoELMRunConfig | None = None) -> MoELMResult:
-    """Train every row, measure speed and expert utilisation; write the report, JSON and figures."""
+    """Train every row with its seeds, measure speed and expert utilisation (first seed); write
+    ``report.md``, ``results.json`` and the figures."""
     config = config or MoELMRunConfig()
     torch.set_num_threads(config.threads)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     data = build_language_modelling(config.corpus)
+    subword = data.subword
     models: dict[str, TransformerLM] = {}
-    rows: list[VariantResult] = []
+    runs: list[VariantResult] = []
     utilization: dict[str, dict[str, ExpertUtilization]] = {}
     for variant in config.variants:
-        models[variant], row, per_layer = train_variant(config, variant, data)
-        rows.append(row)
-        if per_layer:
-            utilization[variant] = per_layer
+        for seed in config.variant_seeds(variant):
+            model, run, per_layer = train_variant(config, variant, data, seed)
+            runs.append(run)
+            if variant not in models:  # the first seed's model is timed and its utilisation plotted
+                models[variant] = model
+                if per_layer:
+                    utilization[variant] = per_layer
     speed = measure_speed(models, config, data)
+    rows = summarize_rows(runs, subword)
     for row in rows:
         row.speed = speed[row.variant]
     corpus = {
         "name": data.name,
         "vocab_size": data.vocab_size,
+        "tokenizer": data.metadata.get("tokenizer", "char"),
         "characters": data.metadata["characters"],
+        "tokens": {split: len(ids) for split, ids in data.splits.items()},
         "sha256": data.metadata["sha256"],
         "python": platform.python_version(),
     }
-    result = MoELMResult(config, rows, corpus)
+    result = MoELMResult(config, rows, runs, corpus, metric_name(subword))
     (out / "results.json").write_text(
-        json.dumps({"config": asdict(config), "corpus": corpus, "rows": [asdict(r) for r in rows]}, indent=2)
+        json.dumps(
+            {
+                "config": asdict(config),
+                "corpus": corpus,
+                "metric": result.metric,
+                "rows": [asdict(r) for r in rows],
+                "runs": [asdict(r) for r in runs],
+            },
+            indent=2,
+        )
     )
-    save_curves_figure(rows, out / "curves.png")
+    save_curves_figure(runs, out / "curves.png", subword)
     figures = ["curves.png"]
     if utilization:
         save_utilization_figure(utilization, out / "expert_utilization.png", "validation set, Fig. 7.3")
@@ -342,48 +451,66 @@ def run_moe_lm(out_dir: str | Path, config: MoELMRunConfig | None = None) -> MoE
     return result
 
 
+def _with_std(mean: float, std: float, n: int, digits: int) -> str:
+    return f"{mean:.{digits}f} ± {std:.{digits}f}" if n > 1 else f"{mean:.{digits}f}"
+
+
 def render_report(
     result: MoELMResult, utilization: dict[str, dict[str, ExpertUtilization]], figures: list[str]
 ) -> str:
-    c, corpus = result.config, result.corpus
+    c, corpus, metric = result.config, result.corpus, result.metric
     dense = next((r for r in result.rows if r.variant == "dense"), None)
+    digits = 2 if metric == "perplexity" else 3
     lines = [
-        "# sigma-MoE vs dense language model at CPU scale (thesis Tab. 7.3, Fig. 7.3)",
+        "# sigma-MoE vs dense language model at CPU scale (thesis Tab. 7.3, 7.4, Fig. 7.3)",
         "",
-        f"Corpus `{corpus['name']}` ({corpus['vocab_size']} symbols; characters train/valid/test "
-        f"{corpus['characters']}; sha256 `{str(corpus['sha256'])[:16]}`, Python {corpus['python']}).",
+        f"Corpus `{corpus['name']}` ({corpus['vocab_size']} {corpus['tokenizer']} tokens; characters "
+        f"train/valid/test {corpus['characters']}; sha256 `{str(corpus['sha256'])[:16]}`, "
+        f"Python {corpus['python']}).",
         f"Pre-LN Transformer LM with relative PE: d_model {c.d_model}, {c.n_layers} layers, "
         f"{c.n_heads} heads, context {c.context}, batch {c.batch_size}, {c.steps} steps, Adam lr {c.lr} "
-        f"(warm-up {c.warmup_steps}, cosine), clip {c.grad_clip}, dropout {c.dropout}, seed {c.seed}, "
-        f"{c.threads} thread(s).",
+        f"(warm-up {c.warmup_steps}, cosine), clip {c.grad_clip}, dropout {c.dropout}, seeds {c.seeds}"
+        + (
+            f" ({c.other_rows_seeds} for the rows other than dense and sigma_moe)"
+            if c.other_rows_seeds
+            else ""
+        )
+        + f", {c.threads} thread(s).",
         f"sigma-MoE: N_E {c.n_experts}, G {c.expert_size}, K {c.k}, delta {c.expert_dropout}, "
-        f"gamma {c.regularizer_weight}; dense width "
-        f"{parameter_matched_dense_width(c.d_model, c.n_experts, c.expert_size)} (parameter-matched).",
+        f"gamma {c.regularizer_weight}; switch / s_base: N_E {max(c.n_experts // 4, 1)}, "
+        f"G {4 * c.expert_size}, "
+        f"K 1; dense width {parameter_matched_dense_width(c.d_model, c.n_experts, c.expert_size)} "
+        "(parameter-matched).",
         "",
-        "| model | params | FFN params | % FFN FLOPs (w/o / with selection) | valid bpc | test bpc "
-        "| train s | step ms | FFN ms | speed vs dense | paper E8 bpc |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| model | seeds | params | FFN params | % FFN FLOPs (w/o / with selection) | valid {metric} "
+        f"| test {metric} | train s | step ms | FFN ms | speed vs dense | paper E8 bpc |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result.rows:
         relative = f"{dense.speed['step_ms'] / r.speed['step_ms']:.2f}x" if dense else "-"
         paper = PAPER_ENWIK8_BPC.get(r.variant)
+        n = len(r.seeds)
         lines.append(
-            f"| {r.variant} | {r.parameters:,} | {r.feed_forward_parameters:,} "
+            f"| {r.variant} | {n} | {r.parameters:,} | {r.feed_forward_parameters:,} "
             f"| {100 * r.flops['without_selection']:.1f}% / {100 * r.flops['with_selection']:.1f}% "
-            f"| {r.valid_bpc:.3f} | {r.test_bpc:.3f} | {r.train_seconds:.0f} | {r.speed['step_ms']:.0f} "
+            f"| {_with_std(r.valid_mean, r.valid_std, n, digits)} "
+            f"| {_with_std(r.test_mean, r.test_std, n, digits)} "
+            f"| {r.train_seconds_mean:.0f} | {r.speed['step_ms']:.0f} "
             f"| {r.speed['feed_forward_ms']:.0f} | {relative} | {paper if paper else '-'} |"
         )
     lines += [
         "",
-        "step ms / FFN ms: medians over interleaved rounds after training (a training step; the feed-forward "
-        "blocks of all layers, forward + backward, on the same number of tokens). The paper's numbers are "
-        "Enwik8 at 41M parameters and 100k GPU steps; only the dense-vs-MoE gap is comparable.",
+        f"{metric}: mean ± sample standard deviation over the row's seeds. train s: mean training time per "
+        "seed. step ms / FFN ms: medians over interleaved rounds after training, first seed's models (a "
+        "training step; the feed-forward blocks of all layers, forward + backward, on the same number of "
+        "tokens). The paper's numbers are Enwik8 at 41M parameters and 100k GPU steps; only the gaps between "
+        "rows are comparable.",
     ]
     if utilization:
         lines += [
             "",
-            "Expert utilisation on the validation set (share = proportion of the selection weight; "
-            "normalised entropy 1 = balanced):",
+            "Expert utilisation on the validation set, first seed (share = proportion of the selection "
+            "weight; normalised entropy 1 = balanced):",
             "",
             "| model | layer | normalised entropy | dead experts | max share | min share |",
             "|---|---|---|---|---|---|",
@@ -399,22 +526,33 @@ def render_report(
     return "\n".join(lines)
 
 
-def save_curves_figure(rows: list[VariantResult], path: Path) -> Path:
+def save_curves_figure(runs: list[VariantResult], path: Path, subword: bool = False) -> Path:
+    """Validation metric during training: per row the mean over its seeds (which share the evaluation
+    steps)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    by_variant: dict[str, list[VariantResult]] = {}
+    for run in runs:
+        by_variant.setdefault(run.variant, []).append(run)
     figure, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    for row in rows:
-        steps = [p["step"] for p in row.curve]
-        axes[0].plot(steps, [p["valid_bpc"] for p in row.curve], marker=".", label=row.variant)
-        axes[1].plot([p["seconds"] for p in row.curve], [p["valid_bpc"] for p in row.curve], marker=".")
+    for variant, group in by_variant.items():
+        curve = group[0].curve
+        values = [
+            statistics.fmean(bits_to_metric(r.curve[i]["valid_bits"], subword) for r in group)
+            for i in range(len(curve))
+        ]
+        seconds = [statistics.fmean(r.curve[i]["seconds"] for r in group) for i in range(len(curve))]
+        label = f"{variant} ({len(group)} seed{'s' if len(group) > 1 else ''})"
+        axes[0].plot([p["step"] for p in curve], values, marker=".", label=label)
+        axes[1].plot(seconds, values, marker=".")
     axes[0].set_xlabel("training step")
     axes[1].set_xlabel("training seconds (1 thread)")
     for ax in axes:
-        ax.set_ylabel("validation bpc")
-    axes[0].legend()
+        ax.set_ylabel(f"validation {metric_name(subword)}")
+    axes[0].legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

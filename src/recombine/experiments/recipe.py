@@ -24,6 +24,9 @@ A recipe is the YAML form of a reproduction (``Reproduction.to_recipe`` writes o
       NDR: {forward: {mean: 1.0, std: 0.0}}
     scale_note: ...
 
+A recipe with an ``experiment`` key instead names a scripted reproduction (an experiment with its own
+training loop) and overrides of its config; see :mod:`recombine.experiments.scripted_reproduction`.
+
 The recipe's structure is checked when it is read (one-line :class:`UserError` naming the valid
 keys); the config of each cell is checked by its trial, so a cell with an invalid config fails as a
 trial and the rest of the sweep still runs.
@@ -38,6 +41,7 @@ import yaml
 
 from recombine.errors import UserError, choices_hint
 from recombine.experiments.reproduction import PaperNumber, Reproduction, Variant
+from recombine.experiments.scripted_reproduction import ScriptedRecipe, ScriptedReproduction, scripted_recipe
 
 REQUIRED = ("name", "task", "columns", "variants")
 OPTIONAL = (
@@ -145,7 +149,7 @@ def reproduction_from_recipe(data: Any, origin: str = "recipe") -> Reproduction:
     )
 
 
-def load_sweep_recipe(path: str | Path) -> Reproduction:
+def load_sweep_recipe(path: str | Path) -> Reproduction | ScriptedRecipe:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"recipe {str(path)!r} does not exist")
@@ -153,10 +157,14 @@ def load_sweep_recipe(path: str | Path) -> Reproduction:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
         raise UserError(f"recipe {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if isinstance(data, dict) and "experiment" in data:
+        from recombine.experiments import REPRODUCTIONS  # the registry imports this module
+
+        return scripted_recipe(data, REPRODUCTIONS, str(path))
     return reproduction_from_recipe(data, str(path))
 
 
-def recipe_yaml(reproduction: Reproduction, header: str = "") -> str:
+def recipe_yaml(reproduction: Reproduction | ScriptedReproduction, header: str = "") -> str:
     """The recipe of ``reproduction`` as YAML text (``header`` becomes leading comment lines)."""
     comments = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
     body = yaml.safe_dump(reproduction.to_recipe(), sort_keys=False, allow_unicode=True, width=100)

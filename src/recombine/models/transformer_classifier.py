@@ -17,8 +17,9 @@ Each input gets a begin (B) and end (E) token; the prediction is read from the l
 (the E token) of the final layer (thesis D.3.3), or the first column with ``readout="first"``.
 
 The feed-forward block of every layer is chosen by ``ffn`` (``dense``, ``topk``, ``pkm``, ``sigma_moe``,
-``switch``; thesis ch. 7, :mod:`recombine.models.layers.feed_forward`), configured by the nested
-``topk`` / ``pkm`` / ``sigma_moe`` / ``switch`` fields (``model.ffn=sigma_moe model.sigma_moe.k=2``).
+``switch``, ``s_base``; thesis ch. 7, :mod:`recombine.models.layers.feed_forward`), configured by the nested
+``topk`` / ``pkm`` / ``sigma_moe`` / ``switch`` / ``s_base`` fields
+(``model.ffn=sigma_moe model.sigma_moe.k=2``).
 Regularisers those blocks emit in a training forward are returned by :meth:`auxiliary_loss`.
 With shared layers (``shared_layers=True``, Universal-Transformer style) the number of
 steps can be raised at test time with ``test_layers`` (thesis D.3.1).
@@ -50,6 +51,7 @@ from recombine.models.layers.encoder_layer import ATTENTION_KINDS, EncoderLayer
 from recombine.models.layers.feed_forward import build_feed_forward, check_ffn_kind
 from recombine.models.layers.pkm import PKMConfig
 from recombine.models.layers.positional import sinusoidal_embedding
+from recombine.models.layers.s_base import SBaseConfig
 from recombine.models.layers.sigma_moe import SigmaMoEConfig
 from recombine.models.layers.topk_mlp import TopKMLPConfig
 from recombine.tasks.base import TaskSpec
@@ -74,6 +76,7 @@ class TransformerClassifierConfig:
     pkm: PKMConfig = field(default_factory=PKMConfig)
     sigma_moe: SigmaMoEConfig = field(default_factory=SigmaMoEConfig)
     switch: SigmaMoEConfig = field(default_factory=SigmaMoEConfig.switch)
+    s_base: SBaseConfig = field(default_factory=SBaseConfig)
     act: str = "none"  # none | graves | universal (thesis D.1, Tab. D.2 "A" / "U")
     act_alpha: float = 0.03  # ponder cost weight (D.1: best of 0.001 .. 0.1)
     act_epsilon: float = 0.01  # halting threshold 1 - epsilon (eq. D.2)
@@ -121,6 +124,7 @@ class TransformerClassifier(nn.Module):
                 pkm=config.pkm,
                 sigma_moe=config.sigma_moe,
                 switch=config.switch,
+                s_base=config.s_base,
             )
             return EncoderLayer(
                 config.d_model,

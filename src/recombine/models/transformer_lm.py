@@ -6,8 +6,8 @@ The thesis's testbed is Transformer-XL (Dai et al., 2019) with pre-LayerNorm. Pe
     h_next = a + Drop(FFN(LN(a)))             FFN = the block chosen by ``ffn`` (thesis ch. 7)
 
 with token embeddings at the input and ``logits = W_out LN(h_L)`` at the output. ``ffn`` is any of
-``dense|topk|pkm|sigma_moe|switch`` (:mod:`recombine.models.layers.feed_forward`). The dense block has no
-biases (eq. 7.1) and the initialisation the sigma-MoE copies (thesis 7.4):
+``dense|topk|pkm|sigma_moe|switch|s_base`` (:mod:`recombine.models.layers.feed_forward`). The dense block has
+no biases (eq. 7.1) and the initialisation the sigma-MoE copies (thesis 7.4):
 ``W_1 ~ N(0, sqrt(2 / (d_model n_layers)))``, ``W_2 ~ N(0, sqrt(2 / (d_ff n_layers)))``, so a dense model
 of width ``parameter_matched_dense_width`` has exactly the parameters of the sigma-MoE with ``N_E G = d_ff``
 (even ``N_E``). Regularisers of the approximations (eqs. 7.16, 7.20) are returned by :meth:`auxiliary_loss`.
@@ -30,6 +30,7 @@ from recombine.models.layers.auxiliary_loss import discard_auxiliary_losses, pop
 from recombine.models.layers.feed_forward import build_feed_forward, check_ffn_kind
 from recombine.models.layers.pkm import PKMConfig
 from recombine.models.layers.relative_attention import RelativeSelfAttention
+from recombine.models.layers.s_base import SBaseConfig
 from recombine.models.layers.sigma_moe import SigmaMoEConfig
 from recombine.models.layers.topk_mlp import TopKMLPConfig
 
@@ -47,6 +48,7 @@ class TransformerLMConfig:
     pkm: PKMConfig = field(default_factory=PKMConfig)
     sigma_moe: SigmaMoEConfig = field(default_factory=SigmaMoEConfig)
     switch: SigmaMoEConfig = field(default_factory=SigmaMoEConfig.switch)
+    s_base: SBaseConfig = field(default_factory=SBaseConfig)
 
     def __post_init__(self) -> None:
         check_ffn_kind(self.ffn)
@@ -87,6 +89,7 @@ class PreLNDecoderLayer(nn.Module):
             pkm=c.pkm,
             sigma_moe=c.sigma_moe,
             switch=c.switch,
+            s_base=c.s_base,
         )
         self.ffn = block if block is not None else DenseFeedForward(c.d_model, c.d_ff, c.n_layers, c.dropout)
         self.dropout = nn.Dropout(c.dropout)

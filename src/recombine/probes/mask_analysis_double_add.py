@@ -410,3 +410,16 @@ def run_double_add_reproduction(
     (out / "report.md").write_text(render_report(config, seeds, aggregated))
     plot_mean_sharing(aggregated["sharing"], out / "sharing.png")  # type: ignore[arg-type]
     return results
+
+
+@dataclass
+class MaskDoubleAddReproductionConfig:
+    """``recombine reproduce masks-double-add``: the analysis at :func:`cpu_scale_config` over ``seeds``."""
+
+    analysis: DoubleAddAnalysisConfig = field(default_factory=cpu_scale_config)
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+
+
+def run_masks_double_add(out: str | Path, config: MaskDoubleAddReproductionConfig) -> dict[str, object]:
+    """:func:`run_double_add_reproduction` in the ``run(out_dir, config)`` form of a scripted reproduction."""
+    return run_double_add_reproduction(config.analysis, config.seeds, out)

@@ -2,17 +2,27 @@
 
 Self-contained and offline: inline CSS, no scripts, the learning-curve PNG embedded as a base64
 ``data:`` URI, so the file can be mailed or opened from any directory. The table cells are the same
-text as in ``report.md``.
+text as in ``report.md``. A grid's page is built from its table (:func:`render_html`); a scripted
+reproduction, which writes its own ``report.md``, gets the same kind of page by converting that
+Markdown (:func:`render_markdown_report`; Python-Markdown with its ``tables`` extension), with every
+local image it references embedded.
 """
 
 from __future__ import annotations
 
 import base64
+import mimetypes
 from html import escape
 from pathlib import Path
+from urllib.parse import unquote, urlparse
+from xml.etree.ElementTree import Element
+
+import markdown
+from markdown.extensions import Extension
+from markdown.treeprocessors import Treeprocessor
 
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em; max-width: 72em; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; }
 th, td { border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
@@ -21,6 +31,12 @@ td.failed { color: #a00; }
 img { max-width: 100%; }
 footer { color: #666; font-size: 0.9em; margin-top: 2em; }
 """
+
+
+def data_uri(path: Path) -> str:
+    """The file as a base64 ``data:`` URI (its type guessed from the suffix), for offline pages."""
+    mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return f"data:{mime};base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
 def _cell(text: str) -> str:
@@ -61,10 +77,74 @@ def render_html(
         parts += [f"<li><code>{escape(run)}</code></li>" for run in unfinished]
         parts.append("</ul>")
     if figure is not None:
-        data = base64.b64encode(figure.read_bytes()).decode("ascii")
         parts.append(
-            f'<figure><img src="data:image/png;base64,{data}" alt="{escape(caption)}">'
+            f'<figure><img src="{data_uri(figure)}" alt="{escape(caption)}">'
             f"<figcaption>{escape(caption)}</figcaption></figure>"
         )
     parts.append(f"<footer>{escape(footer)}</footer></body></html>")
     return "\n".join(parts) + "\n"
+
+
+def local_file(base: Path, reference: str) -> Path | None:
+    """The file a relative link in a page under ``base`` points to, when it exists inside ``base``
+    (not a URL, not an absolute path, not outside the directory); otherwise None."""
+    parsed = urlparse(reference)
+    if parsed.scheme or parsed.netloc or not parsed.path or parsed.path.startswith("/"):
+        return None
+    root = base.resolve()
+    path = (root / unquote(parsed.path)).resolve()
+    return path if path.is_relative_to(root) and path.is_file() else None
+
+
+class _EmbedLocalImages(Treeprocessor):
+    """Replace the ``src`` of every ``<img>`` that names a file under ``base`` by its ``data:`` URI."""
+
+    def __init__(self, md: markdown.Markdown, base: Path) -> None:
+        super().__init__(md)
+        self.base = base
+
+    def run(self, root: Element) -> None:
+        for image in root.iter("img"):
+            path = local_file(self.base, image.get("src", ""))
+            if path is not None:
+                image.set("src", data_uri(path))
+
+
+class _EmbedLocalImagesExtension(Extension):
+    def __init__(self, base: Path) -> None:
+        super().__init__()
+        self.base = base
+
+    def extendMarkdown(self, md: markdown.Markdown) -> None:  # noqa: N802 (Python-Markdown's API)
+        md.treeprocessors.register(_EmbedLocalImages(md, self.base), "embed_local_images", 0)
+
+
+def markdown_to_html(text: str, base: Path) -> str:
+    """HTML body text of Markdown with pipe tables; local images (relative to ``base``) embedded."""
+    return markdown.markdown(text, extensions=["tables", _EmbedLocalImagesExtension(base)])
+
+
+def render_markdown_page(text: str, base: Path) -> str:
+    """A whole static page for a Markdown report; the title is its first ``# `` heading."""
+    title = next((line[2:].strip() for line in text.splitlines() if line.startswith("# ")), base.name)
+    return (
+        "\n".join(
+            [
+                "<!DOCTYPE html>",
+                '<html lang="en"><head><meta charset="utf-8">',
+                f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>",
+                markdown_to_html(text, base),
+                "</body></html>",
+            ]
+        )
+        + "\n"
+    )
+
+
+def render_markdown_report(directory: Path) -> Path:
+    """Write ``DIRECTORY/report.html`` from ``DIRECTORY/report.md`` (a scripted reproduction's
+    report); its path."""
+    page = render_markdown_page((directory / "report.md").read_text(), directory)
+    path = directory / "report.html"
+    path.write_text(page)
+    return path

@@ -19,9 +19,10 @@ from recombine.errors import UserError
 from recombine.experiments import get as get_reproduction
 from recombine.experiments.recipe import reproduction_from_recipe
 from recombine.experiments.reproduction import Reproduction
+from recombine.experiments.scripted_reproduction import CONFIG_FILE as SCRIPTED_CONFIG_FILE
 from recombine.runs.aggregate import SeedSummary
 from recombine.runs.figures import learning_curves
-from recombine.runs.html_report import render_html
+from recombine.runs.html_report import render_html, render_markdown_report
 from recombine.runs.store import RunDir
 from recombine.runs.trial_record import read_failure
 
@@ -232,4 +233,8 @@ def render(path: Path, html: bool = False) -> str:
         if html:
             raise UserError(f"--html renders sweep and reproduction directories; {path} is a single run")
         return render_run(path)
+    if (path / SCRIPTED_CONFIG_FILE).is_file():  # a scripted reproduction writes its own report
+        if html:
+            render_markdown_report(path)
+        return (path / "report.md").read_text()
     return render_reproduction(path, html)

@@ -21,10 +21,12 @@ def names() -> list[str]:
     return TASKS.names()
 
 
-from recombine.tasks import cogs as _cogs  # noqa: E402,F401  (registers the task)
+from recombine.tasks import cfq as _cfq  # noqa: E402,F401  (registers the task)
+from recombine.tasks import cogs as _cogs  # noqa: E402,F401
 from recombine.tasks import ctl as _ctl  # noqa: E402,F401
 from recombine.tasks import ctlpp as _ctlpp  # noqa: E402,F401
 from recombine.tasks import listops as _listops  # noqa: E402,F401
+from recombine.tasks import mathematics as _mathematics  # noqa: E402,F401
 from recombine.tasks import pcfg_set as _pcfg_set  # noqa: E402,F401
 from recombine.tasks import scan as _scan  # noqa: E402,F401
 from recombine.tasks import simple_arithmetic as _simple_arithmetic  # noqa: E402,F401

@@ -1,4 +1,4 @@
-"""Character-level language modelling: the testbed of thesis ch. 7 (7.5, App. F.2; CATALOG §1.16).
+"""Language modelling: the testbed of thesis ch. 7 (7.5, App. F.2; CATALOG §1.16).
 
 Corpora (``corpus``):
 
@@ -13,11 +13,18 @@ Corpora (``corpus``):
                    90M / 5M / 5M split (Transformer-XL's ``prep_enwik8.py``).
 ``wikitext103``    the official WikiText-103 files in the directory ``path``: ``wiki.{train,valid,test}.raw``
                    (``wikitext-103-raw-v1``), else ``wiki.{train,valid,test}.tokens`` (``wikitext-103-v1``),
-                   modelled per character (the thesis uses SentencePiece subwords here; not done yet).
+                   (the thesis models it with SentencePiece subwords: ``tokenizer=sentencepiece``).
 =================  =================================================================================
 
-The alphabet is every character of the whole corpus (as for Enwik8's 205 byte values), so no split
-holds an unknown symbol and a uniform model scores exactly ``log2(vocabulary size)`` bits per character.
+Tokenizers (``tokenizer``):
+
+* ``char`` (default; Enwik8, metric bits per character): the alphabet is every character of the whole corpus
+  (as for Enwik8's 205 byte values), so no split holds an unknown symbol and a uniform model scores exactly
+  ``log2(vocabulary size)`` bits per character;
+* ``sentencepiece`` (WikiText-103, metric perplexity per subword token): a SentencePiece model of
+  ``vocab_size`` pieces trained on the *training split* only, cached on disk
+  (:mod:`recombine.tasks.subword_tokenizer`); byte fallback encodes characters unseen in training.
+
 Each split is one stream of token ids; :func:`random_windows` samples training windows and
 :func:`evaluation_windows` cuts a split into consecutive windows that predict every token but the first once.
 """
@@ -34,8 +41,10 @@ import numpy as np
 from recombine.errors import UserError, choices_hint
 from recombine.tasks.char_tokenizer import CharTokenizer
 from recombine.tasks.stdlib_corpus import Document, stdlib_documents
+from recombine.tasks.subword_tokenizer import MIN_VOCAB_SIZE, MODEL_TYPES, SubwordTokenizer
 
 CORPORA = ("stdlib_docs", "text_file", "enwik8", "wikitext103")
+TOKENIZERS = ("char", "sentencepiece")
 SPLITS = ("train", "valid", "test")
 DOCUMENT_SEPARATOR = "\n\n"
 
@@ -57,11 +66,30 @@ class LanguageModellingConfig:
     valid_fraction: float = 0.05
     test_fraction: float = 0.05
     split_seed: int = 0  # stdlib_docs: the order in which documents are dealt to the splits
+    tokenizer: str = "char"  # char | sentencepiece
+    vocab_size: int = (
+        8000  # sentencepiece: pieces (the thesis does not state its WikiText-103 vocabulary size)
+    )
+    subword_model: str = "unigram"  # sentencepiece: unigram | bpe
 
     def __post_init__(self) -> None:
         if self.corpus not in CORPORA:
             raise UserError(
                 f"unknown language-modelling corpus {self.corpus!r}; {choices_hint(self.corpus, CORPORA)}"
+            )
+        if self.tokenizer not in TOKENIZERS:
+            raise UserError(
+                f"unknown language-modelling tokenizer {self.tokenizer!r}; "
+                f"{choices_hint(self.tokenizer, TOKENIZERS)}"
+            )
+        if self.subword_model not in MODEL_TYPES:
+            raise UserError(
+                f"unknown subword_model {self.subword_model!r}; "
+                f"{choices_hint(self.subword_model, MODEL_TYPES)}"
+            )
+        if self.tokenizer == "sentencepiece" and self.vocab_size < MIN_VOCAB_SIZE:
+            raise UserError(
+                f"vocab_size must be >= {MIN_VOCAB_SIZE} for sentencepiece, got {self.vocab_size}"
             )
         if not (0 < self.valid_fraction < 1 and 0 < self.test_fraction < 1):
             raise UserError("valid_fraction and test_fraction must lie in (0, 1)")
@@ -78,7 +106,7 @@ class LanguageModellingData:
     """A tokenised corpus: one ``int64`` id stream per split (``train``, ``valid``, ``test``)."""
 
     name: str
-    tokenizer: CharTokenizer
+    tokenizer: CharTokenizer | SubwordTokenizer
     splits: dict[str, np.ndarray]
     description: str = ""
     metadata: dict[str, object] = field(default_factory=dict)
@@ -86,6 +114,11 @@ class LanguageModellingData:
     @property
     def vocab_size(self) -> int:
         return len(self.tokenizer)
+
+    @property
+    def subword(self) -> bool:
+        """True for subword tokens (reported as perplexity), False for characters (bits per character)."""
+        return not isinstance(self.tokenizer, CharTokenizer)
 
     def text(self, split: str) -> str:
         return self.tokenizer.decode(self.splits[split])
@@ -174,10 +207,15 @@ def _split_texts(config: LanguageModellingConfig) -> tuple[dict[str, str], dict[
 
 
 def build_language_modelling(config: LanguageModellingConfig | None = None) -> LanguageModellingData:
-    """Read (or assemble) the corpus, fit the character alphabet on all of it, tokenise every split."""
+    """Read (or assemble) the corpus, fit the tokenizer (the character alphabet on all of it, or a
+    SentencePiece model on the training split), tokenise every split."""
     config = config or LanguageModellingConfig()
     texts, metadata = _split_texts(config)
-    tokenizer = CharTokenizer.fit(*texts.values())
+    tokenizer: CharTokenizer | SubwordTokenizer
+    if config.tokenizer == "sentencepiece":
+        tokenizer = SubwordTokenizer.train(texts["train"], config.vocab_size, config.subword_model)
+    else:
+        tokenizer = CharTokenizer.fit(*texts.values())
     splits = {split: tokenizer.encode(texts[split]) for split in SPLITS}
     digest = hashlib.sha256()
     for split in SPLITS:
@@ -186,12 +224,14 @@ def build_language_modelling(config: LanguageModellingConfig | None = None) -> L
         "corpus": config.corpus,
         "sha256": digest.hexdigest(),
         "characters": {split: len(texts[split]) for split in SPLITS},
+        "tokenizer": config.tokenizer,
     }
+    unit = "subword" if config.tokenizer == "sentencepiece" else "character-level"
     return LanguageModellingData(
-        name=f"lm_{config.corpus}",
+        name=f"lm_{config.corpus}" + ("_sp" if config.tokenizer == "sentencepiece" else ""),
         tokenizer=tokenizer,
         splits=splits,
-        description=f"character-level language modelling on {config.corpus} ({len(tokenizer)} symbols)",
+        description=f"{unit} language modelling on {config.corpus} ({len(tokenizer)} symbols)",
         metadata=metadata,
     )
 

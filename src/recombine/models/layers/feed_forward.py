@@ -10,21 +10,25 @@ kind            block                                                 thesis
 ``pkm``         product-key memory (ReLU or softmax)                  7.2.2, eq. 7.8, F.1.3
 ``sigma_moe``   sigma-MoE (sigmoid selection, top-K experts)          7.4, eqs. 7.11, 7.19-7.21
 ``switch``      Switch Transformer (softmax, K = 1): sigma-MoE layer  7.3, eqs. 7.14-7.16
+``s_base``      S-BASE (Sinkhorn-balanced routing, sigmoid weights)   7.3, eqs. 7.17-7.18
 ==============  ====================================================  ==========================
 
 The approximations are sized from ``d_ff`` (MoE: ``N_E * G = d_ff``; PKM: parameter-matched sub-keys),
 so switching ``ffn`` keeps the model's parameter count close to the dense one. Each kind has its own
-config (``model.topk.*``, ``model.pkm.*``, ``model.sigma_moe.*``, ``model.switch.*``).
+config (``model.topk.*``, ``model.pkm.*``, ``model.sigma_moe.*``, ``model.switch.*``,
+``model.s_base.*``); a model config without an ``s_base`` field gets the default
+:class:`~recombine.models.layers.s_base.SBaseConfig`.
 """
 
 from __future__ import annotations
 
 from recombine.errors import UserError, choices_hint
 from recombine.models.layers.pkm import PKMConfig, ProductKeyMemory
+from recombine.models.layers.s_base import SBaseConfig, SBaseMoE
 from recombine.models.layers.sigma_moe import SigmaMoE, SigmaMoEConfig
 from recombine.models.layers.topk_mlp import TopKMLP, TopKMLPConfig
 
-FFN_KINDS = ("dense", "topk", "pkm", "sigma_moe", "switch")
+FFN_KINDS = ("dense", "topk", "pkm", "sigma_moe", "switch", "s_base")
 
 FeedForward = TopKMLP | ProductKeyMemory | SigmaMoE
 
@@ -44,6 +48,7 @@ def build_feed_forward(
     pkm: PKMConfig,
     sigma_moe: SigmaMoEConfig,
     switch: SigmaMoEConfig,
+    s_base: SBaseConfig | None = None,
 ) -> FeedForward | None:
     """The block for ``kind``; None for ``dense`` (the encoder layer's own dense MLP).
 
@@ -57,4 +62,6 @@ def build_feed_forward(
         return SigmaMoE(d_model, d_ff, n_layers, sigma_moe)
     if kind == "switch":
         return SigmaMoE(d_model, d_ff, n_layers, switch)
+    if kind == "s_base":
+        return SBaseMoE(d_model, d_ff, n_layers, s_base if s_base is not None else SBaseConfig())
     return None

@@ -151,8 +151,11 @@ class SigmaMoE(EmitsAuxiliaryLoss):
             self.keys, self.values, self.expert_selection, n_layers, standard=config.init == "standard"
         )
 
-    def select(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(expert_index [N, K], score [N, K])`` from the selection logits ``W_3 x [N, N_E]``."""
+    def select(
+        self, logits: torch.Tensor, real: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(expert_index [N, K], score [N, K])`` from the selection logits ``W_3 x [N, N_E]``; ``real``
+        (True = real token, ``[N]``) is for routings that depend on the whole batch (S-BASE)."""
         config = self.config
         s = torch.sigmoid(logits) if config.selection == "sigmoid" else torch.softmax(logits, dim=-1)
         if self.training and config.expert_dropout > 0:  # eq. 7.21
@@ -176,14 +179,15 @@ class SigmaMoE(EmitsAuxiliaryLoss):
         tokens; the output is computed for every position."""
         flat = x.reshape(-1, x.shape[-1])
         logits = F.linear(flat, self.expert_selection)
-        expert_index, score = self.select(logits)
+        real = None if token_mask is None else token_mask.reshape(-1)
+        expert_index, score = self.select(logits, real)
         config = self.config
         regularized = config.regularizer != "none" and config.regularizer_weight > 0
         if regularized and self.training and torch.is_grad_enabled():
-            real = slice(None) if token_mask is None else token_mask.reshape(-1)
-            real_logits = logits[real]
+            rows = slice(None) if real is None else real
+            real_logits = logits[rows]
             if real_logits.shape[0] > 0:
-                term = self.regularizer(real_logits, expert_index[real])
+                term = self.regularizer(real_logits, expert_index[rows])
                 self.add_auxiliary_loss(config.regularizer_weight * term)
         y = expert_mlp(flat, expert_index, score, self.keys, self.values, config.dropout, self.training)
         return y.reshape(x.shape)
