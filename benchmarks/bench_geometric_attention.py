@@ -1,6 +1,8 @@
 """Benchmark geometric attention weights against softmax attention (forward + backward).
 
-Compares, at identical shapes, ``geometric_attention_weights(logits) @ v`` with ``softmax(logits) @ v``:
+Compares, at identical shapes, ``geometric_attention_weights(logits) @ v`` with ``softmax(logits) @ v``,
+for both implementations of the geometric weights (``compiled``: the numba scan used on CPU tensors;
+``torch``: gather / cumsum / gather, used on other devices):
 median wall (and process CPU) time of forward + backward after warm-up, best of a few interleaved
 rounds; the bytes of tensors saved for backward during one forward (the activation memory each method
 keeps); on CUDA also the peak memory of one forward + backward.
@@ -27,7 +29,11 @@ D_HEAD = 32
 
 
 def geometric(logits: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return geometric_attention_weights(logits) @ v
+    return geometric_attention_weights(logits) @ v  # the default: compiled on CPU
+
+
+def geometric_torch(logits: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return geometric_attention_weights(logits, implementation="torch") @ v
 
 
 def softmax(logits: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -131,7 +137,7 @@ def main() -> None:
     }
     header = (
         f"{'N':>5} {'batch':>5} {'geom ms':>8} {'sm ms':>7} {'ratio':>6} {'geom cpu':>8} {'sm cpu':>7} "
-        f"{'cpu ratio':>9} {'geom MB':>8} {'sm MB':>7} {'mem ratio':>9}"
+        f"{'cpu ratio':>9} {'geom MB':>8} {'sm MB':>7} {'mem ratio':>9} {'torch ratio':>11}"
     )
     print(header)
     for n, batch in SHAPES:
@@ -139,13 +145,17 @@ def main() -> None:
         v = torch.randn(batch, HEADS, n, D_HEAD, generator=gen).to(device).requires_grad_()
         grad_out = torch.randn(batch, HEADS, n, D_HEAD, generator=gen).to(device)
 
-        # Interleave the two methods so drifts in machine load affect both alike; keep the best round.
-        geom, soft = [], []
+        # Interleave the methods so drifts in machine load affect all alike; keep the best round.
+        methods = {"geometric": geometric, "geometric_torch": geometric_torch, "softmax": softmax}
+        if device.type != "cpu":  # there the default already is the torch implementation
+            del methods["geometric_torch"]
+        timings: dict[str, list[tuple[float, float]]] = {name: [] for name in methods}
         for _ in range(args.rounds):
-            geom.append(time_fwd_bwd(geometric, logits, v, grad_out, args.warmup, args.repeats))
-            soft.append(time_fwd_bwd(softmax, logits, v, grad_out, args.warmup, args.repeats))
-        g_ms, s_ms = min(t[0] for t in geom), min(t[0] for t in soft)
-        g_cpu, s_cpu = min(t[1] for t in geom), min(t[1] for t in soft)
+            for name, fn in methods.items():
+                timings[name].append(time_fwd_bwd(fn, logits, v, grad_out, args.warmup, args.repeats))
+        ms = {name: min(t[0] for t in ts) for name, ts in timings.items()}
+        cpu_ms = {name: min(t[1] for t in ts) for name, ts in timings.items()}
+        g_ms, s_ms, g_cpu, s_cpu = ms["geometric"], ms["softmax"], cpu_ms["geometric"], cpu_ms["softmax"]
         g_bytes, s_bytes = saved_bytes(geometric, logits, v), saved_bytes(softmax, logits, v)
         g_peak, s_peak = peak_bytes(geometric, logits, v, grad_out), peak_bytes(softmax, logits, v, grad_out)
         row = {
@@ -160,13 +170,19 @@ def main() -> None:
             "softmax_saved_bytes": s_bytes,
             "memory_ratio": round(g_bytes / s_bytes, 3),
         }
+        if "geometric_torch" in ms:
+            row |= {
+                "geometric_torch_ms": round(ms["geometric_torch"], 3),
+                "torch_ratio": round(ms["geometric_torch"] / s_ms, 3),
+            }
         if g_peak is not None and s_peak is not None:
             row |= {"geometric_peak_bytes": g_peak, "softmax_peak_bytes": s_peak}
         results["per_n"][str(n)] = row  # type: ignore[index]
         print(
             f"{n:>5} {batch:>5} {g_ms:>8.2f} {s_ms:>7.2f} {row['ratio']:>6.2f} {g_cpu:>8.2f} {s_cpu:>7.2f} "
             f"{row['cpu_ratio']:>9.2f} "
-            f"{g_bytes / 2**20:>8.2f} {s_bytes / 2**20:>7.2f} {row['memory_ratio']:>9.2f}"
+            f"{g_bytes / 2**20:>8.2f} {s_bytes / 2**20:>7.2f} {row['memory_ratio']:>9.2f} "
+            f"{row.get('torch_ratio', float('nan')):>11.2f}"
         )
 
     if args.out:

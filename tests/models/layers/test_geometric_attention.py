@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import pytest
 import torch
 
 from recombine.models.layers.geometric_attention import GeometricSelfAttention, geometric_attention_weights
+
+Weights = Callable[..., torch.Tensor]
+
+
+@pytest.fixture(params=["compiled", "torch"])
+def weights(request: pytest.FixtureRequest) -> Weights:
+    """geometric_attention_weights with the compiled CPU scan, or with gather/cumsum (the other devices')."""
+    return functools.partial(geometric_attention_weights, implementation=request.param)
 
 
 def closer_set(i: int, j: int, n: int) -> list[int]:
@@ -46,18 +57,16 @@ def test_closer_set_matches_thesis_figure() -> None:
 
 
 @pytest.mark.parametrize("n", range(1, 13))
-def test_values_match_naive(n: int) -> None:
+def test_values_match_naive(n: int, weights: Weights) -> None:
     x = _logits(3, n, n, seed=n)
-    torch.testing.assert_close(
-        geometric_attention_weights(x), naive_geometric_attention_weights(x), rtol=1e-10, atol=1e-12
-    )
+    torch.testing.assert_close(weights(x), naive_geometric_attention_weights(x), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 13, 40])
-def test_values_and_gradients_match_naive(n: int) -> None:
+def test_values_and_gradients_match_naive(n: int, weights: Weights) -> None:
     x = _logits(2, n, n, seed=100 + n)
     weight = torch.randn(2, n, n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
-    fast = geometric_attention_weights(x)
+    fast = weights(x)
     ref = naive_geometric_attention_weights(x)
     torch.testing.assert_close(fast, ref, rtol=1e-10, atol=1e-12)
     (g_fast,) = torch.autograd.grad((fast * weight).sum(), x)
@@ -65,9 +74,9 @@ def test_values_and_gradients_match_naive(n: int) -> None:
     torch.testing.assert_close(g_fast, g_ref, rtol=1e-9, atol=1e-12)
 
 
-def test_ties_prefer_right() -> None:
+def test_ties_prefer_right(weights: Weights) -> None:
     # With P = 1 everywhere the query attends only to its closest key; at distance 1 that is i+1.
-    a = geometric_attention_weights(torch.full((5, 5), 50.0, dtype=torch.float64))
+    a = weights(torch.full((5, 5), 50.0, dtype=torch.float64))
     assert a[2, 3] == pytest.approx(1.0)
     assert a[2, 1] == pytest.approx(0.0, abs=1e-15)
     # Every row picks i+1, except the last, which can only go left.
@@ -77,38 +86,38 @@ def test_ties_prefer_right() -> None:
     torch.testing.assert_close(a, expected, rtol=0, atol=1e-15)
 
 
-def test_zero_diagonal_and_rows_sum_to_at_most_one() -> None:
-    a = geometric_attention_weights(_logits(4, 3, 9, 9, seed=7))
+def test_zero_diagonal_and_rows_sum_to_at_most_one(weights: Weights) -> None:
+    a = weights(_logits(4, 3, 9, 9, seed=7))
     assert torch.all(torch.diagonal(a, dim1=-2, dim2=-1) == 0)
     assert torch.all(a >= 0)
     assert torch.all(a.sum(-1) <= 1 + 1e-12)
 
 
-def test_diagonal_logit_has_no_effect() -> None:
+def test_diagonal_logit_has_no_effect(weights: Weights) -> None:
     x = _logits(9, 9, seed=3).detach()
     y = x.clone()
     y.diagonal().fill_(50.0)
-    torch.testing.assert_close(geometric_attention_weights(x), geometric_attention_weights(y))
+    torch.testing.assert_close(weights(x), weights(y))
 
 
-def test_batch_and_head_dims() -> None:
+def test_batch_and_head_dims(weights: Weights) -> None:
     x = _logits(2, 3, 7, 7, seed=11)
-    a = geometric_attention_weights(x)
+    a = weights(x)
     assert a.shape == (2, 3, 7, 7)
-    torch.testing.assert_close(a[1, 2], geometric_attention_weights(x[1, 2]), rtol=0, atol=0)
+    torch.testing.assert_close(a[1, 2], weights(x[1, 2]), rtol=0, atol=0)
 
 
-def test_padding() -> None:
+def test_padding(weights: Weights) -> None:
     b, h, n = 3, 2, 10
     lengths = [10, 6, 1]
     x = _logits(b, h, n, n, seed=5)
     mask = torch.arange(n)[None, :] >= torch.tensor(lengths)[:, None]  # [B, N]
-    a = geometric_attention_weights(x, mask[:, None, :])
+    a = weights(x, mask[:, None, :])
     for bi, length in enumerate(lengths):
         # Padded keys get zero weight ...
         assert torch.all(a[bi, :, :, length:] == 0)
         # ... and the other weights are as if the sequence were only the unpadded prefix.
-        prefix = geometric_attention_weights(x[bi, :, :length, :length])
+        prefix = weights(x[bi, :, :length, :length])
         torch.testing.assert_close(a[bi, :, :length, :length], prefix, rtol=1e-12, atol=1e-15)
     weight = torch.randn(b, h, n, n, dtype=torch.float64)
     (grad,) = torch.autograd.grad((a * weight).sum(), x)
@@ -116,30 +125,28 @@ def test_padding() -> None:
     for bi, length in enumerate(lengths):
         assert torch.all(grad[bi, :, :, length:] == 0)
         prefix = x[bi, :, :length, :length]
-        (grad_prefix,) = torch.autograd.grad(
-            (geometric_attention_weights(prefix) * weight[bi, :, :length, :length]).sum(), x
-        )
+        (grad_prefix,) = torch.autograd.grad((weights(prefix) * weight[bi, :, :length, :length]).sum(), x)
         torch.testing.assert_close(grad[bi, :, :length, :length], grad_prefix[bi, :, :length, :length])
 
 
-def test_padding_mask_broadcasts_over_heads() -> None:
+def test_padding_mask_broadcasts_over_heads(weights: Weights) -> None:
     x = _logits(2, 4, 6, 6, seed=9).detach()
     mask = torch.tensor([[False] * 6, [False] * 4 + [True] * 2])
-    a_bcast = geometric_attention_weights(x, mask[:, None, :])
-    a_full = geometric_attention_weights(x, mask[:, None, None, :].expand(2, 4, 6, 6)[..., 0, :])
+    a_bcast = weights(x, mask[:, None, :])
+    a_full = weights(x, mask[:, None, None, :].expand(2, 4, 6, 6)[..., 0, :])
     torch.testing.assert_close(a_bcast, a_full, rtol=0, atol=0)
 
 
-def test_extreme_logits_are_finite() -> None:
+def test_extreme_logits_are_finite(weights: Weights) -> None:
     gen = torch.Generator().manual_seed(0)
     sign = torch.randint(0, 2, (16, 4, 64, 64), generator=gen).float() * 2 - 1
     x = (50.0 * sign).requires_grad_()
-    a = geometric_attention_weights(x)
+    a = weights(x)
     assert torch.isfinite(a).all()
     (grad,) = torch.autograd.grad((a * torch.randn(a.shape, generator=gen)).sum(), x)
     assert torch.isfinite(grad).all()
     # float32 agrees with float64 on extreme inputs.
-    a64 = geometric_attention_weights(x.detach().double())
+    a64 = weights(x.detach().double())
     torch.testing.assert_close(a.detach().double(), a64, rtol=1e-5, atol=1e-6)
 
 
@@ -201,30 +208,46 @@ def test_module_dropout_only_on_query() -> None:
     torch.testing.assert_close(out_train, out_eval)
 
 
-def test_index_cache_survives_inference_mode() -> None:
+def test_index_cache_survives_inference_mode(weights: Weights) -> None:
     with torch.inference_mode():
-        geometric_attention_weights(torch.randn(17, 17))
+        weights(torch.randn(17, 17))
     x = torch.randn(17, 17, requires_grad=True)
-    geometric_attention_weights(x).sum().backward()
+    weights(x).sum().backward()
     assert x.grad is not None
 
 
-def test_non_contiguous_and_expanded_logits() -> None:
+def test_non_contiguous_and_expanded_logits(weights: Weights) -> None:
     x = _logits(2, 3, 8, 8, seed=13).detach()
-    expected = geometric_attention_weights(x.contiguous())
+    expected = weights(x.contiguous())
     transposed = x.transpose(-1, -2).contiguous().transpose(-1, -2)
-    torch.testing.assert_close(geometric_attention_weights(transposed), expected, rtol=0, atol=0)
+    torch.testing.assert_close(weights(transposed), expected, rtol=0, atol=0)
     expanded = x[:1].expand(4, 3, 8, 8)
-    torch.testing.assert_close(geometric_attention_weights(expanded), expected[:1].expand(4, 3, 8, 8))
+    torch.testing.assert_close(weights(expanded), expected[:1].expand(4, 3, 8, 8))
 
 
-def test_half_precision_is_computed_in_float32() -> None:
+def test_half_precision_is_computed_in_float32(weights: Weights) -> None:
     x = _logits(2, 16, 16, seed=17).detach().float()
     x_bf16 = x.bfloat16().requires_grad_()
-    a = geometric_attention_weights(x_bf16)
+    a = weights(x_bf16)
     assert a.dtype == torch.bfloat16
-    torch.testing.assert_close(
-        a.float(), geometric_attention_weights(x_bf16.detach().float()), rtol=1e-2, atol=1e-3
-    )
+    torch.testing.assert_close(a.float(), weights(x_bf16.detach().float()), rtol=1e-2, atol=1e-3)
     a.float().sum().backward()
     assert x_bf16.grad is not None and x_bf16.grad.dtype == torch.bfloat16
+
+
+def test_implementations_agree_on_a_model_sized_batch() -> None:
+    x = _logits(4, 2, 37, 37, seed=23).detach().float().requires_grad_()
+    mask = torch.arange(37)[None, :] >= torch.tensor([37, 30, 5, 1])[:, None]
+    weight = torch.randn(4, 2, 37, 37, generator=torch.Generator().manual_seed(1))
+    results = []
+    for implementation in ("compiled", "torch"):
+        a = geometric_attention_weights(x, mask[:, None, :], implementation=implementation)
+        (grad,) = torch.autograd.grad((a * weight).sum(), x)
+        results.append((a, grad))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-6)
+
+
+def test_unknown_implementation_is_refused() -> None:
+    with pytest.raises(ValueError, match="valid choices: auto, compiled, torch"):
+        geometric_attention_weights(torch.zeros(3, 3), implementation="cuda")

@@ -14,6 +14,9 @@ Implementation: for every query row the keys are visited in closeness order
 ``0..N-1``). Putting ``i`` itself first (with ``log(1 - P[i, i])`` forced to 0) makes
 ``S_ij`` exactly the set of keys visited before ``j``, so the product is an exclusive cumulative sum
 of ``log(1 - P)`` along that order. Everything is computed in log space; time and memory are O(N^2).
+On the CPU that sum (and the one of the backward) is one compiled pass per query row
+(:mod:`recombine.models.layers.closeness_scan`, numba); on other devices, or with
+``implementation="torch"``, it is a gather into the closeness order, ``cumsum`` and a gather back.
 """
 
 from __future__ import annotations
@@ -22,12 +25,18 @@ import functools
 import math
 from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-__all__ = ["GeometricSelfAttention", "geometric_attention_weights"]
+from recombine.models.layers import closeness_scan
+
+__all__ = ["IMPLEMENTATIONS", "GeometricSelfAttention", "geometric_attention_weights"]
+
+#: ``auto``: the compiled scan on CPU tensors, the gather/cumsum one elsewhere
+IMPLEMENTATIONS = ("auto", "compiled", "torch")
 
 
 class _ClosenessIndex(NamedTuple):
@@ -89,42 +98,75 @@ class _GeometricWeights(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(logits: torch.Tensor, padding_bias: torch.Tensor | None) -> torch.Tensor:  # type: ignore[override]
-        index = _closeness_index(logits.shape[-1], logits.device)
+    def forward(  # type: ignore[override]
+        logits: torch.Tensor, padding_bias: torch.Tensor | None, compiled: bool
+    ) -> torch.Tensor:
         x = _masked_logits(logits, padding_bias)  # padded keys at -inf: log P = -inf, log(1 - P) = 0
+        if compiled:
+            x = x.contiguous()
         sp = F.softplus(x)  # thesis eq. 5.6: -log(1 - P) = softplus(x)
-        sp.diagonal(dim1=-2, dim2=-1).zero_()  # k = i never enters a product (thesis eq. 5.8)
-        # thesis eq. 5.7/5.8: c = exclusive cumsum of -log(1 - P) along the closeness order of each row.
-        reordered = _gather_rows(sp, index.shifted_order).cumsum_(-1)
-        log_a = torch.sub(x, sp)  # log P
-        c = torch.gather(reordered, -1, index.rank.expand(reordered.shape), out=sp)
-        log_a.sub_(c)  # thesis eq. 5.7: log A = log P + sum_{k in S_ij} log(1 - P_ik)
-        log_a.diagonal(dim1=-2, dim2=-1).fill_(-math.inf)  # A_ii = 0
         # Weights below sqrt(smallest normal float) (~1e-19 in float32, ~1e-154 in float64) are flushed
         # to exactly 0. Denormal numbers in A, or in dL/dA * A in the backward, make exp, A @ V and the
         # backward several times slower on CPUs; exp's underflow / -inf path is slow as well, so exp only
         # sees clamped inputs and the clamped entries are zeroed afterwards.
-        floor = 0.5 * math.log(torch.finfo(log_a.dtype).tiny)
-        a = F.threshold_(log_a.clamp_min_(floor).exp_(), math.exp(floor + 0.5), 0.0)
+        floor = 0.5 * math.log(torch.finfo(x.dtype).tiny)
+        if compiled:  # thesis eqs. 5.7/5.8 in one pass per query row
+            log_a = torch.empty_like(x)
+            closeness_scan.log_weights_scan(_rows(x), _rows(sp), _rows(log_a), floor)
+        else:
+            log_a = _log_weights_by_gather(x, sp).clamp_min_(floor)
+        a = F.threshold_(log_a.exp_(), math.exp(floor + 0.5), 0.0)
         return a.to(logits.dtype)
 
     @staticmethod
     def setup_context(ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: torch.Tensor) -> None:
-        logits, padding_bias = inputs
+        logits, padding_bias, compiled = inputs
+        ctx.compiled = compiled
         ctx.save_for_backward(logits, padding_bias, output)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: torch.autograd.function.FunctionCtx, grad_a: torch.Tensor) -> tuple:  # type: ignore[override]
         logits, padding_bias, a = ctx.saved_tensors
-        index = _closeness_index(logits.shape[-1], logits.device)
-        g = torch.mul(grad_a.to(_compute_dtype(logits.dtype)), a)  # gradient w.r.t. log A
-        reordered = _gather_rows(g, index.reversed_order).cumsum_(-1)
-        r = _gather_rows(reordered, index.reversed_rank)
-        # P; 0 for padded keys. Written into the no longer needed buffer (saves a CPU allocation).
-        p = torch.sigmoid(_masked_logits(logits, padding_bias), out=reordered)
-        p.diagonal(dim1=-2, dim2=-1).zero_()  # the diagonal is excluded too: no gradient
-        return g.addcmul_(p, r, value=-1.0).to(logits.dtype), None
+        grad_a = grad_a.to(_compute_dtype(logits.dtype))
+        p = torch.sigmoid(_masked_logits(logits, padding_bias))  # P; 0 for padded keys
+        if ctx.compiled:
+            p = p.contiguous()
+            grad_logits = torch.empty_like(p)
+            closeness_scan.logits_gradient_scan(
+                _rows(grad_a.contiguous()), _rows(a.to(p.dtype).contiguous()), _rows(p), _rows(grad_logits)
+            )
+        else:
+            grad_logits = _logits_gradient_by_gather(grad_a * a, p)
+        return grad_logits.to(logits.dtype), None, None
+
+
+def _rows(x: torch.Tensor) -> np.ndarray:
+    """A contiguous ``[..., N, N]`` tensor as a ``[rows, N]`` numpy view (no copy) for the compiled scans."""
+    return x.detach().view(-1, x.shape[-1]).numpy()
+
+
+def _log_weights_by_gather(x: torch.Tensor, sp: torch.Tensor) -> torch.Tensor:
+    """``log A = x - sp - c`` (diagonal -inf), ``c`` by gather / cumsum / gather (any device)."""
+    index = _closeness_index(x.shape[-1], x.device)
+    sp.diagonal(dim1=-2, dim2=-1).zero_()  # k = i never enters a product (thesis eq. 5.8)
+    # thesis eq. 5.7/5.8: c = exclusive cumsum of -log(1 - P) along the closeness order of each row.
+    reordered = _gather_rows(sp, index.shifted_order).cumsum_(-1)
+    log_a = torch.sub(x, sp)  # log P
+    c = torch.gather(reordered, -1, index.rank.expand(reordered.shape), out=sp)
+    log_a.sub_(c)  # thesis eq. 5.7: log A = log P + sum_{k in S_ij} log(1 - P_ik)
+    log_a.diagonal(dim1=-2, dim2=-1).fill_(-math.inf)  # A_ii = 0
+    return log_a
+
+
+def _logits_gradient_by_gather(g: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """``dL/dx = G - P * R`` with ``G = dL/dA * A`` and ``R`` the reversed inclusive cumsum of ``G`` along
+    the closeness order (any device)."""
+    index = _closeness_index(g.shape[-1], g.device)
+    reordered = _gather_rows(g, index.reversed_order).cumsum_(-1)
+    r = _gather_rows(reordered, index.reversed_rank)
+    p.diagonal(dim1=-2, dim2=-1).zero_()  # the diagonal is excluded too: no gradient
+    return g.addcmul_(p, r, value=-1.0)
 
 
 def _masked_logits(logits: torch.Tensor, padding_bias: torch.Tensor | None) -> torch.Tensor:
@@ -138,7 +180,7 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def geometric_attention_weights(
-    logits: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+    logits: torch.Tensor, key_padding_mask: torch.Tensor | None = None, implementation: str = "auto"
 ) -> torch.Tensor:
     """Geometric attention weights from pre-sigmoid match scores.
 
@@ -147,6 +189,8 @@ def geometric_attention_weights(
         key_padding_mask: optional bool ``[..., N]`` (broadcastable to the batch dims of ``logits``),
             True marks a padded key. Padded keys get ``P = 0``: zero weight and no effect on the
             weights of other keys.
+        implementation: ``auto`` (default: the compiled scan for CPU tensors, the gather/cumsum one on
+            other devices), ``compiled`` or ``torch``. Both give the same values and gradients.
 
     Returns:
         ``A`` of the same shape as ``logits``, ``A[i, j] = P[i, j] * prod_{k in S_ij} (1 - P[i, k])``
@@ -161,7 +205,14 @@ def geometric_attention_weights(
         padding_bias = torch.zeros(
             key_padding_mask.shape, device=logits.device, dtype=_compute_dtype(logits.dtype)
         ).masked_fill_(key_padding_mask.to(torch.bool), -math.inf)[..., None, :]
-    return _GeometricWeights.apply(logits, padding_bias)
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"unknown implementation {implementation!r}; valid choices: {', '.join(IMPLEMENTATIONS)}"
+        )
+    compiled = implementation == "compiled" or (implementation == "auto" and logits.device.type == "cpu")
+    if compiled and logits.device.type != "cpu":
+        raise ValueError(f"the compiled scan runs on CPU tensors; got a {logits.device.type} tensor")
+    return _GeometricWeights.apply(logits, padding_bias, compiled)
 
 
 class GeometricSelfAttention(nn.Module):
