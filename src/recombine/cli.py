@@ -90,6 +90,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_seeds(seeds: int | None) -> None:
+    if seeds is not None and seeds < 1:
+        raise UserError("--seeds must be >= 1")
+
+
+def _output_dir(args: argparse.Namespace, prefix: str, name: str) -> Path:
+    """``--out``, or ``runs/<prefix><name>[-quick]``."""
+    if args.out:
+        return Path(args.out)
+    return Path("runs") / (prefix + name + ("-quick" if args.quick else ""))
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from recombine import experiments, run_config
     from recombine.experiments.reproduction import run_grid
@@ -105,13 +117,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         names = ", ".join(sorted(experiments.REPRODUCTIONS))
         raise UserError(f"name a reproduction (or --list); valid choices: {names}")
     reproduction = experiments.get(args.name)
-    if args.seeds is not None and args.seeds < 1:
-        raise UserError("--seeds must be >= 1")
-    out = (
-        Path(args.out)
-        if args.out
-        else Path("runs") / (f"reproduce-{args.name}" + ("-quick" if args.quick else ""))
-    )
+    _check_seeds(args.seeds)
+    out = _output_dir(args, "reproduce-", args.name)
     if isinstance(reproduction, ScriptedReproduction):
         if args.models:
             raise UserError(f"--models picks rows of grid reproductions; {args.name} takes overrides instead")
@@ -164,13 +171,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return _sweep_scripted(recipe, args)
     executor = make_executor(args.executor, args.workers, args.address)
     seeds = recipe.seeds if args.seeds is None else args.seeds
-    if seeds < 1:
-        raise UserError("--seeds must be >= 1")
-    out = (
-        Path(args.out)
-        if args.out
-        else Path("runs") / (f"sweep-{recipe.name}" + ("-quick" if args.quick else ""))
-    )
+    _check_seeds(seeds)
+    out = _output_dir(args, "sweep-", recipe.name)
     grid = run_trials(
         recipe,
         out,
@@ -197,13 +199,8 @@ def _sweep_scripted(recipe: Any, args: argparse.Namespace) -> int:
             f"{recipe.name} runs the scripted experiment {recipe.reproduction.name} in this process; "
             "--executor ray and --models apply to grid recipes"
         )
-    if args.seeds is not None and args.seeds < 1:
-        raise UserError("--seeds must be >= 1")
-    out = (
-        Path(args.out)
-        if args.out
-        else Path("runs") / (f"sweep-{recipe.name}" + ("-quick" if args.quick else ""))
-    )
+    _check_seeds(args.seeds)
+    out = _output_dir(args, "sweep-", recipe.name)
     report = recipe.run(out, args.seeds, args.quick)
     print(report.read_text())
     print(f"report: {report}, data: {out / 'results.json'}")

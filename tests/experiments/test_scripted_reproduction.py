@@ -154,3 +154,9 @@ def test_sweep_runs_a_scripted_recipe(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "6 steps; 1 seeds" in capsys.readouterr().out
     assert "steps: 6" in (out / CONFIG_FILE).read_text()
     assert main(["sweep", str(recipe), "--executor", "ray", "--out", str(out)]) == 2
+
+
+def test_default_output_directory_is_under_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "gdrc-toy", "--quick", "--seeds", "1", "steps=4", "grid_size=5"]) == 0
+    assert (tmp_path / "runs" / "reproduce-gdrc-toy-quick" / "report.md").is_file()
