@@ -297,6 +297,33 @@ def cmd_probe_masks(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe_attention(args: argparse.Namespace) -> int:
+    from recombine.probes.attention_probe import attention_probe, example_file_stem
+
+    out = (
+        Path(args.out)
+        if args.out
+        else Path(args.run) / "probes" / f"attention-{example_file_stem(args.example)}"
+    )
+    written = attention_probe(args.run, args.example, out, args.checkpoint)
+    print(f"written: {', '.join(str(path) for path in written)}")
+    return 0
+
+
+def cmd_probe_representations(args: argparse.Namespace) -> int:
+    from recombine.probes.representation_compatibility import representation_compatibility, write_outputs
+
+    result = representation_compatibility(
+        args.run, args.checkpoint, args.clusters, args.linkage, args.min_distance
+    )
+    out = Path(args.out) if args.out else Path(args.run) / "probes" / "representations"
+    written = write_outputs(result, out)
+    print(result.summary_table())
+    print(result.summary())
+    print(f"written: {', '.join(str(path) for path in written)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="recombine", description="compositional generalization laboratory")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -346,7 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--out", help="PNG path (default RUN/figures/maps-SPLIT-INDEX.png)")
     inspect.set_defaults(handler=cmd_inspect)
 
-    probe = commands.add_parser("probe", help="analyses of a trained run (weight masks)")
+    probe = commands.add_parser(
+        "probe", help="analyses of a trained run (weight masks, attention maps, CTL++ representations)"
+    )
     probes = probe.add_subparsers(dest="probe", required=True, parser_class=_Parser)
     masks = probes.add_parser(
         "masks", help="train a weight mask on a target split; accuracy with the mask and its inverse"
@@ -367,6 +396,37 @@ def build_parser() -> argparse.ArgumentParser:
     masks.add_argument("--checkpoint", default="best", choices=["best", "last"])
     masks.add_argument("--out", help="output directory (default RUN/probes/masks-TARGETS)")
     masks.set_defaults(handler=cmd_probe_masks)
+    attention = probes.add_parser(
+        "attention",
+        help="attention maps per step and head and copy-gate activations of one example (Figs. 5.3-5.4)",
+    )
+    attention.add_argument("run", help="a run directory of a Transformer/NDR classifier")
+    attention.add_argument(
+        "--example", required=True, help='space-separated tokens of the task vocabulary, e.g. "c b a 3"'
+    )
+    attention.add_argument("--checkpoint", default="best", choices=["best", "last"])
+    attention.add_argument("--out", help="output directory (default RUN/probes/attention-<example>)")
+    attention.set_defaults(handler=cmd_probe_attention)
+    representations = probes.add_parser(
+        "representations",
+        help="CTL++ symbol-representation similarity across functions, clusters, E.2.1 score (Fig. 6.3, E.2)",
+    )
+    representations.add_argument("run", help="a run directory of a CTL++ classification run")
+    representations.add_argument("--checkpoint", default="best", choices=["best", "last"])
+    representations.add_argument(
+        "--clusters", type=int, default=2, help="flat clusters per symbol (C_1, C_2)"
+    )
+    representations.add_argument(
+        "--linkage", default="average", choices=["average", "complete", "single", "weighted"]
+    )
+    representations.add_argument(
+        "--min-distance",
+        type=float,
+        default=0.1,
+        help="keep clusters closer than this cosine distance merged (0: force the cut)",
+    )
+    representations.add_argument("--out", help="output directory (default RUN/probes/representations)")
+    representations.set_defaults(handler=cmd_probe_representations)
 
     export = commands.add_parser(
         "export", help="write a task split in its official file format (SCAN .txt, PCFG SET .src/.tgt)"
