@@ -90,6 +90,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_event(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def _check_seeds(seeds: int | None) -> None:
     if seeds is not None and seeds < 1:
         raise UserError("--seeds must be >= 1")
@@ -123,7 +127,12 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         if args.models:
             raise UserError(f"--models picks rows of grid reproductions; {args.name} takes overrides instead")
         report = run_scripted(
-            reproduction, out, args.seeds, args.quick, run_config.parse_overrides(args.overrides)
+            reproduction,
+            out,
+            args.seeds,
+            args.quick,
+            run_config.parse_overrides(args.overrides),
+            on_event=_print_event,
         )
         print(report.read_text())
         print(f"report: {report}, data: {out / 'results.json'}")
@@ -137,7 +146,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         quick=args.quick,
         jobs=args.jobs,
         labels=[label.strip() for label in args.models.split(",")] if args.models else None,
-        on_event=lambda message: print(message, file=sys.stderr, flush=True),
+        on_event=_print_event,
     )
     print(render_reproduction(out))
     print(f"report: {out / 'report.md'}, data: {out / 'results.json'}")
@@ -180,7 +189,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         quick=args.quick,
         executor=executor,
         labels=[label.strip() for label in args.models.split(",")] if args.models else None,
-        on_event=lambda message: print(message, file=sys.stderr, flush=True),
+        on_event=_print_event,
     )
     print(render_reproduction(out, html=True))
     print(f"report: {out / 'report.md'}, {out / 'report.html'}, data: {out / 'results.json'}")
@@ -201,7 +210,7 @@ def _sweep_scripted(recipe: Any, args: argparse.Namespace) -> int:
         )
     _check_seeds(args.seeds)
     out = _output_dir(args, "sweep-", recipe.name)
-    report = recipe.run(out, args.seeds, args.quick)
+    report = recipe.run(out, args.seeds, args.quick, on_event=_print_event)
     print(report.read_text())
     print(f"report: {report}, data: {out / 'results.json'}")
     return 0

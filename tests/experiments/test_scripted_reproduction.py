@@ -160,3 +160,32 @@ def test_default_output_directory_is_under_runs(tmp_path: Path, monkeypatch: pyt
     monkeypatch.chdir(tmp_path)
     assert main(["reproduce", "gdrc-toy", "--quick", "--seeds", "1", "steps=4", "grid_size=5"]) == 0
     assert (tmp_path / "runs" / "reproduce-gdrc-toy-quick" / "report.md").is_file()
+
+
+def test_a_finished_run_of_the_same_config_is_not_repeated(tmp_path: Path) -> None:
+    calls: list[list[int]] = []
+
+    def counted(out: Path, config: ToyConfig) -> dict[str, Any]:
+        calls.append(config.seeds)
+        return toy_run(out, config)
+
+    toy = ScriptedReproduction("toy", "", "", ToyConfig, counted)
+    events: list[str] = []
+    run_scripted(toy, tmp_path, seeds=2)
+    run_scripted(toy, tmp_path, seeds=2, on_event=events.append)
+    assert calls == [[0, 1]] and "already holds a finished run" in events[0]
+    run_scripted(toy, tmp_path, seeds=3)  # another config: runs, and its report replaces the old one
+    assert calls == [[0, 1], [0, 1, 2]]
+    assert "3 seeds" in (tmp_path / "report.md").read_text()
+
+
+def test_an_unfinished_run_leaves_no_report_of_another_config(tmp_path: Path) -> None:
+    run_scripted(TOY, tmp_path, seeds=2)
+
+    def crashing(out: Path, config: ToyConfig) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_scripted(ScriptedReproduction("toy", "", "", ToyConfig, crashing), tmp_path, seeds=3)
+    assert not (tmp_path / "report.md").exists()
+    assert "- 2" in (tmp_path / CONFIG_FILE).read_text()

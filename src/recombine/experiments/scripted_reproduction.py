@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,8 @@ from recombine.errors import UserError
 
 #: the resolved config of a scripted reproduction, in its output directory
 CONFIG_FILE = "experiment.yaml"
+#: written when the experiment has finished and its report is complete
+DONE_FILE = "experiment.done"
 
 
 @dataclass(frozen=True)
@@ -75,13 +78,25 @@ def run_scripted(
     seeds: int | None = None,
     quick: bool = False,
     overrides: dict[str, Any] | None = None,
+    on_event: Callable[[str], None] = lambda message: None,
 ) -> Path:
-    """Resolve the config, store it as ``out/experiment.yaml``, run the experiment; the report's path."""
+    """Resolve the config, store it as ``out/experiment.yaml``, run the experiment; the report's path.
+
+    A directory that already holds a finished run of the same config is not run again (its report is
+    returned); delete it to start over. Any other earlier report there is removed before the run, so
+    a report on disk always belongs to the config next to it.
+    """
     config = reproduction.resolve_config(seeds, quick, overrides or {})
-    out.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(OmegaConf.structured(config), out / CONFIG_FILE)
-    reproduction.run(out, config)
+    config_text = OmegaConf.to_yaml(OmegaConf.structured(config))
     report = out / "report.md"
+    if is_complete(out) and (out / CONFIG_FILE).read_text() == config_text:
+        on_event(f"{out} already holds a finished run of this config; delete it to run again")
+        return report
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in (report, out / "results.json", out / DONE_FILE):
+        stale.unlink(missing_ok=True)
+    (out / CONFIG_FILE).write_text(config_text)
+    reproduction.run(out, config)
     if not report.exists():
         raise RuntimeError(f"reproduction {reproduction.name} wrote no report.md into {out}")
     results_path = out / "results.json"
@@ -91,7 +106,13 @@ def run_scripted(
             results.setdefault("reproduction", reproduction.name)
             results.setdefault("source", reproduction.source)
             results_path.write_text(json.dumps(results, indent=2, allow_nan=True))
+    (out / DONE_FILE).write_text(time.strftime("%Y-%m-%dT%H:%M:%S") + "\n")
     return report
+
+
+def is_complete(out: Path) -> bool:
+    """Whether ``out`` holds a scripted reproduction that ran to the end."""
+    return (out / DONE_FILE).is_file() and (out / CONFIG_FILE).is_file() and (out / "report.md").is_file()
 
 
 RECIPE_KEYS = ("name", "experiment", "seeds", "config", "description")
@@ -106,10 +127,16 @@ class ScriptedRecipe:
     config: dict[str, Any]  # overrides, applied after the reproduction's own defaults
     seeds: int | None = None
 
-    def run(self, out: Path, seeds: int | None = None, quick: bool = False) -> Path:
+    def run(
+        self,
+        out: Path,
+        seeds: int | None = None,
+        quick: bool = False,
+        on_event: Callable[[str], None] = lambda message: None,
+    ) -> Path:
         """Run it; the recipe's ``config`` replaces the reproduction's defaults where both set a field."""
         chosen = seeds if seeds is not None else self.seeds
-        return run_scripted(self.reproduction, out, chosen, quick, self.config)
+        return run_scripted(self.reproduction, out, chosen, quick, self.config, on_event)
 
 
 def scripted_recipe(data: dict[str, Any], registry: dict[str, Any], origin: str = "recipe") -> ScriptedRecipe:
