@@ -157,3 +157,21 @@ def test_factories_refuse_other_task_kinds() -> None:
         "transformer_seq2seq_rel",
         "transformer_seq2seq_rel_universal",
     }
+
+
+@pytest.mark.parametrize("name", SEQ2SEQ)
+def test_teacher_forcing_computes_real_positions_only_and_equals_the_padded_computation(name: str) -> None:
+    """``forward`` packs the real target positions (``layers/token_packing.py``): their logits equal the
+    decoder run on the whole padded batch, the padding's logits are 0."""
+    model = build(name)
+    src, src_len = random_sources(4, seed=3)
+    tgt_len = torch.tensor([6, 1, 3, 4])
+    tgt_in = torch.randint(1, SPEC.n_classes, (4, 6), generator=torch.Generator().manual_seed(3))
+    tgt_in[:, 0] = sos_id(SPEC.n_classes)
+    with torch.no_grad():
+        packed = model(src, src_len, tgt_in, tgt_len)
+        memory, padding = model.encode(src, src_len)
+        padded = model.decode(memory, padding, tgt_in)
+    real = torch.arange(6)[None, :] < tgt_len[:, None]
+    torch.testing.assert_close(packed[real], padded[real])
+    assert (packed[~real] == 0).all()

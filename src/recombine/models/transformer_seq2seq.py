@@ -39,6 +39,7 @@ from recombine.models.layers.decoder_layer import DECODER_ATTENTION_KINDS, Decod
 from recombine.models.layers.encoder_layer import EncoderLayer
 from recombine.models.layers.kv_cache import KeyValueCache
 from recombine.models.layers.positional import sinusoidal_embedding
+from recombine.models.layers.token_packing import TokenPacking
 from recombine.models.seq2seq_interface import PAD_ID, eos_id, sos_id
 from recombine.tasks.base import TaskSpec
 
@@ -122,12 +123,15 @@ class TransformerSeq2Seq(nn.Module):
         # n_classes + 1 logits: pad (ignored), the task's tokens, EOS; never SOS
         self.output = None if config.tied_embedding else nn.Linear(d, spec.n_classes + 1)
 
-    def _embed(self, embedding: nn.Embedding, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """thesis C.4: ``H_i = s E_{w_i} + c P_i`` for positions ``i = start, start + 1, ...`` (no ``P``
-        with relative attention)."""
+    def _embed(
+        self, embedding: nn.Embedding, tokens: torch.Tensor, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """thesis C.4: ``H_i = s E_{w_i} + c P_i`` for ``tokens`` at time steps ``positions`` (broadcastable
+        to ``tokens``; default ``0, 1, ...`` along the last axis). No ``P`` with relative attention."""
         h = embedding(tokens) * self.token_scale
         if self.absolute_positions:  # only at the input, i.e. the first layer (thesis 4.1.2)
-            positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+            if positions is None:
+                positions = torch.arange(tokens.shape[-1], device=tokens.device)
             h = h + self.position_scale * sinusoidal_embedding(positions, self.config.d_model).to(h.dtype)
         return h
 
@@ -149,28 +153,37 @@ class TransformerSeq2Seq(nn.Module):
         padding: torch.Tensor,
         tgt_in: torch.Tensor,
         cache: list[tuple[KeyValueCache, KeyValueCache]] | None = None,
+        tgt_len: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits ``[B, T, n_classes + 1]`` for every decoder input position (causal: position ``t`` sees
         ``tgt_in[:, :t+1]`` only). With a ``cache`` (:meth:`new_decoder_cache`) ``tgt_in`` holds only the
-        positions after those of earlier calls, whose keys and values the cache keeps."""
+        positions after those of earlier calls, whose keys and values the cache keeps. With ``tgt_len``
+        (no cache) only positions ``t < tgt_len[b]`` are computed (``layers/token_packing.py``); the
+        logits of the others are 0."""
         start = cache[0][0].length if cache is not None else 0
-        h = self._embed(self.tgt_embedding, tgt_in, start)
+        positions = torch.arange(start, start + tgt_in.shape[1], device=tgt_in.device)
+        packing = None
+        if tgt_len is not None and cache is None:
+            packing = TokenPacking.from_lengths(tgt_len, tgt_in.shape[1])
+            tgt_in, positions = packing.pack(tgt_in), packing.positions
+        h = self._embed(self.tgt_embedding, tgt_in, positions)
         for step in range(self.config.n_decoder_layers):
             layer = self.decoder_layers[step % len(self.decoder_layers)]
-            h = layer(h, memory, padding, cache[step] if cache is not None else None)
+            h = layer(h, memory, padding, cache[step] if cache is not None else None, packing)
         if self.output is not None:
-            return self.output(h)
-        return F.linear(h, self.tgt_embedding.weight[: self.n_classes + 1])  # tied (thesis C.2), no SOS row
+            logits = self.output(h)
+        else:  # tied (thesis C.2), no SOS row
+            logits = F.linear(h, self.tgt_embedding.weight[: self.n_classes + 1])
+        return logits if packing is None else packing.unpack(logits)
 
     def forward(
         self, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor, tgt_len: torch.Tensor
     ) -> torch.Tensor:
         """Teacher-forced logits ``[B, T, n_classes + 1]`` for the decoder input ``tgt_in [B, T]`` (``[SOS] +
-        y``). ``tgt_len`` only documents where each target ends: positions from it on are padding, which
-        the causal mask keeps from influencing earlier positions; their logits are meaningless."""
-        del tgt_len
+        y``). Positions from ``tgt_len`` on are padding: the causal mask keeps them from influencing
+        earlier positions, and they are not computed at all (their logits are 0)."""
         memory, padding = self.encode(src, src_len)
-        return self.decode(memory, padding, tgt_in)
+        return self.decode(memory, padding, tgt_in, tgt_len=tgt_len)
 
     @torch.no_grad()
     def greedy_decode(

@@ -7,7 +7,7 @@ import torch
 
 from recombine.models.layers.kv_cache import KeyValueCache
 from recombine.models.layers.positional import sinusoidal_embedding
-from recombine.models.layers.relative_attention import RelativeSelfAttention
+from recombine.models.layers.relative_attention import RelativeSelfAttention, relative_shift
 from recombine.models.layers.softmax_attention import SoftmaxSelfAttention
 
 
@@ -119,3 +119,42 @@ def test_cross_attention_reads_memory_and_reuses_its_cached_keys() -> None:
     first, _ = attn(h, padding, memory=memory, cache=cache)
     again, _ = attn(h, padding, memory=torch.zeros_like(memory), cache=cache)  # keys come from the cache
     torch.testing.assert_close(again, first)
+
+
+def test_relative_shift_places_each_offset_column_at_i_minus_j() -> None:
+    """Against an index loop: column (M-1) - (i-j) of row i, for queries that are the last N of M
+    positions, with the symmetric width 2M-1 and the causal width M+1 (offsets M-1 .. -1)."""
+    for n_queries, n_keys, causal in [(5, 5, False), (5, 5, True), (2, 6, True), (1, 4, True), (1, 1, False)]:
+        width = n_keys + 1 if causal else 2 * n_keys - 1
+        by_offset = torch.randn(2, 3, n_queries, width, dtype=torch.float64)
+        shifted = relative_shift(by_offset, n_keys)
+        assert shifted.shape == (2, 3, n_queries, n_keys)
+        for r in range(n_queries):
+            i = n_keys - n_queries + r
+            for j in range(n_keys):
+                if causal and j > i:
+                    continue  # masked by the caller
+                torch.testing.assert_close(shifted[..., r, j], by_offset[..., r, n_keys - 1 - (i - j)])
+
+
+def test_fused_attention_paths_equal_the_explicit_ones() -> None:
+    """``need_weights=False`` (softmax: scaled_dot_product_attention) gives the same outputs, also with
+    key padding, causal masking and a cache."""
+    torch.manual_seed(6)
+    h, memory = torch.randn(3, 5, 8, dtype=torch.float64), torch.randn(3, 4, 8, dtype=torch.float64)
+    padding = torch.tensor([[False] * 4, [False, False, False, True], [False, True, True, True]])
+    softmax, relative = SoftmaxSelfAttention(8, 2).double(), RelativeSelfAttention(8, 2).double()
+    for attn, kwargs in [
+        (softmax, {"causal": True}),
+        (softmax, {"key_padding_mask": padding, "memory": memory}),
+        (relative, {"causal": True}),
+    ]:
+        explicit, weights = attn(h, **kwargs)
+        fused, none = attn(h, **kwargs, need_weights=False)
+        assert weights is not None and none is None
+        torch.testing.assert_close(fused, explicit)
+    full, _ = softmax(h, causal=True)
+    cache = KeyValueCache()
+    steps = [softmax(h[:, :2], causal=True, cache=cache, need_weights=False)[0]]
+    steps += [softmax(h[:, t : t + 1], causal=True, cache=cache, need_weights=False)[0] for t in range(2, 5)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)

@@ -9,7 +9,9 @@ The self-attention is ``softmax`` (positions come from an absolute PE added to t
 term (thesis C.3: "at the interface between encoder and decoder ... the standard formulation").
 
 For incremental decoding, ``cache`` holds the keys and values of both attentions from earlier steps
-(:mod:`recombine.models.layers.kv_cache`); ``h`` then holds only the newest positions.
+(:mod:`recombine.models.layers.kv_cache`); ``h`` then holds only the newest positions. For teacher
+forcing, ``packing`` (:mod:`recombine.models.layers.token_packing`) lets every position-wise operation
+run on the real target positions only.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch import nn
 from recombine.models.layers.kv_cache import KeyValueCache
 from recombine.models.layers.relative_attention import RelativeSelfAttention
 from recombine.models.layers.softmax_attention import SoftmaxSelfAttention
+from recombine.models.layers.token_packing import TokenPacking
 
 DECODER_ATTENTION_KINDS = ("softmax", "relative")
 
@@ -56,13 +59,19 @@ class DecoderLayer(nn.Module):
         memory: torch.Tensor,
         memory_padding_mask: torch.Tensor | None = None,
         cache: tuple[KeyValueCache, KeyValueCache] | None = None,
+        packing: TokenPacking | None = None,
     ) -> torch.Tensor:
-        """``h [B, T, d]`` decoder states, ``memory [B, S, d]`` encoder output, ``memory_padding_mask
-        [B, S]`` (True = padded source position), optional ``(self-attention, cross-attention)`` caches.
-        Returns the next states ``[B, T, d]``."""
+        """``h [B, T, d]`` decoder states (or ``[n, d]``, the real positions packed by ``packing``),
+        ``memory [B, S, d]`` encoder output, ``memory_padding_mask [B, S]`` (True = padded source
+        position), optional ``(self-attention, cross-attention)`` caches. Returns the next states, shaped
+        like ``h``."""
         self_cache, cross_cache = cache if cache is not None else (None, None)
-        attended, _ = self.self_attention(h, causal=True, cache=self_cache)
+        attended, _ = self.self_attention(
+            h, causal=True, cache=self_cache, packing=packing, need_weights=False
+        )
         a = self.self_attention_norm(h + self.dropout(attended))
-        read, _ = self.cross_attention(a, memory_padding_mask, memory=memory, cache=cross_cache)
+        read, _ = self.cross_attention(
+            a, memory_padding_mask, memory=memory, cache=cross_cache, packing=packing, need_weights=False
+        )
         c = self.cross_attention_norm(a + self.dropout(read))
         return self.ffn_norm(c + self.dropout(self.ffn(c)))

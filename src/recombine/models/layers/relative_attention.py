@@ -15,16 +15,23 @@ the offsets ``i - j`` in ``[0, N-1]`` occur.
 With a :class:`~recombine.models.layers.kv_cache.KeyValueCache` (incremental decoding) the keys and
 values of the new positions are appended to those of earlier calls, and the queries are the last
 positions: ``i`` runs over the newest ``N`` of all ``M`` positions.
+
+The position terms are computed once per offset, ``[N, 2M-1]`` (``[N, M]`` causal), and moved to their
+``(i, j)`` places by one strided view (:func:`relative_shift`). With a
+:class:`~recombine.models.layers.token_packing.TokenPacking` the projections run on the real positions
+only.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from recombine.models.layers.kv_cache import KeyValueCache
 from recombine.models.layers.positional import sinusoidal_embedding
 from recombine.models.layers.softmax_attention import causal_mask
+from recombine.models.layers.token_packing import TokenPacking
 
 
 class RelativeSelfAttention(nn.Module):
@@ -54,40 +61,67 @@ class RelativeSelfAttention(nn.Module):
         *,
         causal: bool = False,
         cache: KeyValueCache | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``h [B, N, d_model]``, optional bool ``key_padding_mask [B, M]`` (True = padded key), ``causal``
-        hides keys ``j > i``, ``cache`` holds earlier positions (``M = N`` without one).
-        Returns ``(out [B, N, d_model], attention [B, n_heads, N, M])``."""
-        batch, length, _ = h.shape
-        q, k, v = self.qkv(h).view(batch, length, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
+        packing: TokenPacking | None = None,
+        need_weights: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``h [B, N, d_model]`` (or ``[n, d_model]``, the real positions packed by ``packing``), optional
+        bool ``key_padding_mask [B, M]`` (True = padded key), ``causal`` hides keys ``j > i``, ``cache``
+        holds earlier positions (``M = N`` without one). ``need_weights=False`` returns ``None`` for the
+        weights (the fused ``F.scaled_dot_product_attention`` with terms (b) + (d) as its additive mask
+        was measured slower on CPU than this explicit form, so both compute the same way).
+        Returns ``(out [B, N, d_model] or [n, d_model], attention [B, n_heads, N, M] or None)``."""
+        projected = self.qkv(h)
+        if packing is not None:
+            projected = packing.unpack(projected)
+        batch, length, _ = projected.shape
+        q, k, v = projected.view(batch, length, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
         if cache is not None:
             k, v = cache.append(k, v)
         n_keys = k.shape[2]
         # thesis D.3.3: dropout on the content and position query components
-        content = (self.dropout(q) + self.content_bias[:, None]) @ k.transpose(-1, -2)  # (a) + (c)
+        content_query = self.dropout(q) + self.content_bias[:, None]  # queries of (a) + (c)
         position_query = self.dropout(q) + self.position_bias[:, None]  # queries of (b) + (d)
 
-        # i - j from M-1 down to -(M-1) (symmetric, thesis C.3), or down to 0 (causal)
-        offsets = torch.arange(n_keys - 1, -1 if causal else -n_keys, -1, device=h.device)
-        by_offset = position_query @ self._position_keys(offsets).transpose(-1, -2)  # [B, H, N, 2M-1 or M]
-        i = torch.arange(n_keys - length, n_keys, device=h.device)  # the queries are the last positions
-        j = torch.arange(n_keys, device=h.device)
-        offset_index = (n_keys - 1) - (i[:, None] - j[None, :])  # column of offset i - j
-        if causal:
-            offset_index = offset_index.clamp(max=n_keys - 1)  # j > i: any column, masked below
-        relative = by_offset.gather(-1, offset_index.expand(batch, self.n_heads, length, n_keys))
-        if self.absolute_gate is None:
-            position = relative
-        else:  # term (e): r_i p_{i-j} + (1 - r_i) p_j, linear in p so the logits mix the same way
-            absolute = position_query @ self._position_keys(j).transpose(-1, -2)
-            r = torch.sigmoid(self.absolute_gate(h)).transpose(1, 2).unsqueeze(-1)  # [B, H, N, 1]
-            position = r * relative + (1 - r) * absolute
+        # i - j from M-1 down to -(M-1) (symmetric, thesis C.3), or down to -1 (causal: offset -1 is never
+        # attended to; its column gives relative_shift the width M + 1 it needs without a padding copy)
+        offsets = torch.arange(n_keys - 1, -2 if causal else -n_keys, -1, device=q.device)
+        # [B, H, N, 2M-1 or M+1]; einsum: one matmul per head, not one per (batch, head)
+        by_offset = torch.einsum("bhnd,hwd->bhnw", position_query, self._position_keys(offsets))
+        position = relative_shift(by_offset, n_keys)  # [B, H, N, M]: p_{i-j} (causal: j > i is arbitrary)
+        if self.absolute_gate is not None:  # term (e): r_i p_{i-j} + (1 - r_i) p_j, linear in p
+            j = torch.arange(n_keys, device=q.device)
+            absolute = torch.einsum("bhnd,hwd->bhnw", position_query, self._position_keys(j))
+            gate = self.absolute_gate(h)
+            if packing is not None:
+                gate = packing.unpack(gate)
+            r = torch.sigmoid(gate).transpose(1, 2).unsqueeze(-1)  # [B, H, N, 1]
+            position = r * position + (1 - r) * absolute
 
-        logits = (content + position) * self.d_head**-0.5
-        if key_padding_mask is not None:
-            logits = logits.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
-        if causal:
-            logits = logits.masked_fill(causal_mask(length, n_keys, h.device), float("-inf"))
+        hidden = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+        if causal and length > 1:  # one query is the newest position: it sees every key
+            future = causal_mask(length, n_keys, q.device)
+            hidden = future if hidden is None else hidden | future
+        logits = (content_query @ k.transpose(-1, -2) + position) * self.d_head**-0.5
+        if hidden is not None:
+            logits = logits.masked_fill(hidden, float("-inf"))
         attention = logits.softmax(-1)
-        out = (attention @ v).transpose(1, 2).reshape(batch, length, -1)
-        return self.out(out), attention
+        mixed = attention @ v
+        out = mixed.transpose(1, 2).reshape(batch, length, -1)
+        return self.out(out if packing is None else packing.pack(out)), attention if need_weights else None
+
+
+def relative_shift(by_offset: torch.Tensor, n_keys: int) -> torch.Tensor:
+    """``[..., N, M]`` with entry ``(i, j)`` the column for offset ``i - j`` of ``by_offset [..., N, W]``,
+    whose column ``c`` holds offset ``(M - 1) - c`` and whose rows are the last ``N`` of ``M`` positions.
+
+    Row ``r`` (position ``i = M - N + r``) reads columns ``N - 1 - r + j``: in the row-major layout of a
+    ``[N, W']`` tensor that is flat index ``r (W' - 1) + j + N - 1``, so one strided view does the shift
+    (Transformer-XL's trick, Dai et al., 2019, App. B), without a gather or a copy. ``W' >= M + 1`` keeps
+    the ``M`` entries of a row inside the row's stride; columns beyond ``W`` (causal ``j > i``) read
+    other entries or zero padding and must be masked by the caller."""
+    n_queries, width = by_offset.shape[-2:]
+    if width < n_keys + 1:
+        by_offset = F.pad(by_offset, (0, n_keys + 1 - width))
+        width = n_keys + 1
+    flat = by_offset.contiguous().flatten(-2)[..., n_queries - 1 : n_queries - 1 + n_queries * (width - 1)]
+    return flat.unflatten(-1, (n_queries, width - 1))[..., :n_keys]

@@ -11,6 +11,11 @@ Three uses, one module:
 With a :class:`~recombine.models.layers.kv_cache.KeyValueCache` (incremental decoding), self-attention
 appends the keys and values of the new positions to those of earlier calls, and the queries are the
 last positions; cross-attention computes those of ``memory`` in the first call and reuses them.
+
+With a :class:`~recombine.models.layers.token_packing.TokenPacking` the projections run on the real
+positions only (``h`` is ``[n, d_model]``); only the attention itself sees the padded ``[B, N]`` layout.
+Without ``need_weights`` the attention is PyTorch's fused ``scaled_dot_product_attention`` (same
+equation, no ``[B, heads, N, M]`` weights kept for the backward pass).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recombine.models.layers.kv_cache import KeyValueCache
+from recombine.models.layers.token_packing import TokenPacking
 
 
 def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> torch.Tensor:
@@ -53,36 +59,60 @@ class SoftmaxSelfAttention(nn.Module):
         causal: bool = False,
         memory: torch.Tensor | None = None,
         cache: KeyValueCache | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        packing: TokenPacking | None = None,
+        need_weights: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Args:
-            h: ``[B, N, d_model]`` states the queries are computed from.
+            h: ``[B, N, d_model]`` states the queries are computed from, or ``[n, d_model]`` real positions
+                packed by ``packing`` (:mod:`~recombine.models.layers.token_packing`).
             key_padding_mask: optional bool ``[B, M]``, True marks a padded key.
             causal: hide keys in the future of each query (see :func:`causal_mask`).
             memory: optional ``[B, M, d_model]`` states keys and values are read from (cross-attention).
             cache: keys and values of earlier calls (incremental decoding, see the module docstring).
+            packing: ``h`` holds only the real positions; the output is packed the same way.
+            need_weights: return the attention weights; False computes the same output with the fused
+                ``F.scaled_dot_product_attention`` and returns ``None`` for them.
         Returns:
-            ``(out [B, N, d_model], attention [B, n_heads, N, M])``.
+            ``(out [B, N, d_model] or [n, d_model], attention [B, n_heads, N, M] or None)``.
         """
-        batch, length, d_model = h.shape
+        d_model = h.shape[-1]
         if memory is None:
-            q, k, v = self._heads(self.qkv(h), 3)
+            q, k, v = self._heads(_unpacked(self.qkv(h), packing), 3)
             if cache is not None:
                 k, v = cache.append(k, v)
         else:  # the same projections: queries from h, keys and values from memory
             w_q, w_kv = self.qkv.weight.split([d_model, 2 * d_model])
             b_q, b_kv = self.qkv.bias.split([d_model, 2 * d_model])
-            q = self._heads(F.linear(h, w_q, b_q), 1)[0]
+            q = self._heads(_unpacked(F.linear(h, w_q, b_q), packing), 1)[0]
             if cache is not None and cache.keys is not None and cache.values is not None:
                 k, v = cache.keys, cache.values  # memory is the same at every decoding step
             else:
                 k, v = self._heads(F.linear(memory, w_kv, b_kv), 2)
                 if cache is not None:
                     cache.append(k, v)
-        logits = (self.dropout(q) @ k.transpose(-1, -2)) * self.d_head**-0.5
-        if key_padding_mask is not None:
-            logits = logits.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
-        if causal:
-            logits = logits.masked_fill(causal_mask(length, k.shape[2], h.device), float("-inf"))
-        attention = logits.softmax(-1)
-        out = (attention @ v).transpose(1, 2).reshape(batch, length, -1)
-        return self.out(out), attention
+        batch, _, length, _ = q.shape
+        q = self.dropout(q)
+        hidden = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+        if causal and length > 1:  # one query is the newest position: it sees every key
+            future = causal_mask(length, k.shape[2], h.device)
+            hidden = future if hidden is None else hidden | future
+        if need_weights:
+            logits = (q @ k.transpose(-1, -2)) * self.d_head**-0.5
+            if hidden is not None:
+                logits = logits.masked_fill(hidden, float("-inf"))
+            attention: torch.Tensor | None = logits.softmax(-1)
+            mixed = attention @ v
+        else:  # the same softmax(q k^T / sqrt(d_head)) v, fused
+            attention = None
+            if causal and key_padding_mask is None and length == k.shape[2]:  # the plain lower triangle
+                mixed = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                allowed = None if hidden is None else ~hidden
+                mixed = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        out = mixed.transpose(1, 2).reshape(batch, length, -1)
+        return self.out(out if packing is None else packing.pack(out)), attention
+
+
+def _unpacked(x: torch.Tensor, packing: TokenPacking | None) -> torch.Tensor:
+    """``x`` in the ``[B, N, ...]`` layout attention needs."""
+    return x if packing is None else packing.unpack(x)
