@@ -15,6 +15,7 @@ from recombine.models.layers.dnc_memory import (
     DNCMemoryConfig,
     DNCMemoryState,
     allocation_weighting,
+    cell_statistics,
     content_weighting,
     read_weighting,
     retention_vector,
@@ -56,7 +57,16 @@ def test_content_weighting_matches_a_loop_over_cells(masked: bool) -> None:
     strengths = 1 + 3 * torch.rand(2, 3, generator=g, dtype=torch.float64)
     masks = torch.rand(2, 3, 4, generator=g, dtype=torch.float64) if masked else None
     got = content_weighting(memory, keys, strengths, masks)
-    torch.testing.assert_close(got, naive_content_weighting(memory, keys, strengths, masks, 1e-6))
+    expected = naive_content_weighting(memory, keys, strengths, masks, 1e-6)
+    torch.testing.assert_close(got, expected)
+    # the same with the cell statistics computed once and passed in (what a DNC step reuses)
+    statistics = cell_statistics(memory, masked)
+    assert statistics.shape == ((2, 5, 4) if masked else (2, 5))
+    torch.testing.assert_close(
+        content_weighting(memory, keys, strengths, masks, statistics=statistics), expected
+    )
+    with pytest.raises(ValueError, match="statistics"):
+        content_weighting(memory, keys, strengths, masks, statistics=cell_statistics(memory, not masked))
 
 
 def test_masked_content_addressing_ignores_masked_channels() -> None:
@@ -370,3 +380,43 @@ def test_module_forward_runs_batched_and_returns_a_trace() -> None:
     assert trace.read_masks is not None and trace.read_masks.shape == (3, 2, 5)
     reads.sum().backward()
     assert memory.interface.weight.grad is not None and torch.isfinite(memory.interface.weight.grad).all()
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_reusing_the_cell_statistics_changes_neither_values_nor_gradients(masked: bool) -> None:
+    """A step reuses the statistics of M_{t-1} computed by the previous read; recomputing them from
+    scratch every step (``memory_statistics=None``) must give the same reads and gradients, and a state
+    whose memory was replaced by hand must not use the statistics of the old memory."""
+    config = DNCMemoryConfig(
+        n_cells=5, cell_width=4, n_read_heads=2, masked=masked, dealloc=True, sharpness=True
+    )
+    torch.manual_seed(0)
+    memory = DNCMemory(6, config).double()
+    inputs = torch.randn(5, 3, 6, dtype=torch.float64)
+
+    def unroll(recompute: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        memory.zero_grad()
+        state = memory.initial_state(3, dtype=torch.float64)
+        outputs = []
+        for t in range(inputs.shape[0]):
+            if recompute:
+                state = state._replace(memory_statistics=None)
+            reads, state, _ = memory(inputs[t], state)
+            outputs.append(reads)
+        total = torch.stack(outputs)
+        (total * torch.linspace(-1, 1, total.numel(), dtype=torch.float64).view_as(total)).sum().backward()
+        return total.detach(), memory.interface.weight.grad.clone()
+
+    reads, grad = unroll(recompute=False)
+    reads_again, grad_again = unroll(recompute=True)
+    torch.testing.assert_close(reads, reads_again)
+    torch.testing.assert_close(grad, grad_again)
+
+    with torch.no_grad():
+        state = memory.initial_state(3, dtype=torch.float64)
+        for t in range(3):
+            _, state, _ = memory(inputs[t], state)
+        edited = state._replace(memory=state.memory * 0.5 + 0.1)  # stale statistics left in the state
+        reads_edited, _, _ = memory(inputs[3], edited)
+        reads_fresh, _, _ = memory(inputs[3], edited._replace(memory_statistics=None))
+    torch.testing.assert_close(reads_edited, reads_fresh)

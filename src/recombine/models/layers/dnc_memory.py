@@ -32,7 +32,11 @@ squashed to ``eps + (1 - eps) u`` before allocation so that the products never v
 interface vector is clipped to ``[-interface_clip, interface_clip]`` (Csordás's code, 20).
 
 Everything is batched over the batch, the heads and the memory cells; a model loops over time only.
-Each equation is also a plain function here so tests can check it on hand-made states.
+Each equation is also a plain function here so tests can check it on hand-made states. One saving
+that does not change the math: every memory state ``M_t`` is looked up twice (by the read heads of
+step ``t`` and the write head of step ``t + 1``), and the part of the cosine similarity that depends
+on ``M_t`` alone (the cell norms, or ``M_t * M_t`` with masking: :func:`cell_statistics`) is computed
+once and carried in :class:`DNCMemoryState`.
 """
 
 from __future__ import annotations
@@ -87,28 +91,47 @@ def _safe_sqrt(x: torch.Tensor) -> torch.Tensor:
     return torch.where(positive, torch.where(positive, x, torch.ones_like(x)).sqrt(), torch.zeros_like(x))
 
 
+def cell_statistics(memory: torch.Tensor, masked: bool) -> torch.Tensor:
+    """What content addressing (eqs. 2.4 / A.4) needs of ``M`` besides ``M`` itself, for reuse.
+
+    Unmasked: the cell norms ``|M_i|`` ``[B, N]``; masked: the squared entries ``M * M`` ``[B, N, W]``
+    (``|M_i * m|^2 = sum_w m^2 M_i^2``). One memory state is looked up twice, by the read heads of step
+    ``t`` and by the write head of step ``t + 1``; computing these once per state saves a pass over the
+    memory, forward and backward, per step (the values and gradients are the same).
+    """
+    if masked:
+        return memory * memory
+    return torch.linalg.vector_norm(memory, dim=-1)  # its gradient at 0 is 0 (empty cells)
+
+
 def content_weighting(
     memory: torch.Tensor,
     keys: torch.Tensor,
     strengths: torch.Tensor,
     masks: torch.Tensor | None = None,
     eps: float = EPS,
+    statistics: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``C(M, k, beta, m)`` of eqs. 2.1 / A.3 with the cosine similarity of eqs. 2.4 / A.4.
 
     memory ``[B, N, W]``, keys ``[B, H, W]``, strengths ``[B, H]``, masks ``[B, H, W]`` or ``None``
     (no masking, Graves et al.) -> weightings ``[B, H, N]``. The masked cells ``M * 1 m^T`` are never
     materialised per head: ``(k m) . (M_i m) = sum_w k m^2 M_i`` and ``|M_i m|^2 = sum_w m^2 M_i^2``.
+    ``statistics`` is ``cell_statistics(memory, masks is not None)`` when the caller already has it.
     """
+    if statistics is None:
+        statistics = cell_statistics(memory, masks is not None)
+    elif statistics.shape != (memory.shape if masks is not None else memory.shape[:-1]):
+        raise ValueError(f"statistics of shape {tuple(statistics.shape)} do not fit this memory and masks")
     if masks is None:
-        dots = torch.einsum("bhw,bnw->bhn", keys, memory)
+        dots = torch.matmul(keys, memory.transpose(-1, -2))  # [B, H, N]
         key_norms = torch.linalg.vector_norm(keys, dim=-1)  # [B, H]; its gradient at 0 is 0
-        cell_norms = torch.linalg.vector_norm(memory, dim=-1).unsqueeze(1)  # [B, 1, N]
+        cell_norms = statistics.unsqueeze(1)  # [B, 1, N]
     else:
         squared_masks = masks * masks
-        dots = torch.einsum("bhw,bnw->bhn", keys * squared_masks, memory)
+        dots = torch.matmul(keys * squared_masks, memory.transpose(-1, -2))
         key_norms = _safe_sqrt((keys * keys * squared_masks).sum(-1))
-        cell_norms = _safe_sqrt(torch.einsum("bhw,bnw->bhn", squared_masks, memory * memory))
+        cell_norms = _safe_sqrt(torch.matmul(squared_masks, statistics.transpose(-1, -2)))
     similarity = dots / (key_norms.unsqueeze(-1) * cell_norms + eps)  # eq. 2.4
     return torch.softmax(similarity * strengths.unsqueeze(-1), dim=-1)  # eq. 2.1
 
@@ -180,8 +203,8 @@ def update_link(link: torch.Tensor, precedence: torch.Tensor, write_weighting: t
     w_i = write_weighting.unsqueeze(-1)
     w_j = write_weighting.unsqueeze(-2)
     updated = (1.0 - w_i - w_j) * link + w_i * precedence.unsqueeze(-2)
-    off_diagonal = 1.0 - torch.eye(link.shape[-1], dtype=link.dtype, device=link.device)
-    return updated * off_diagonal
+    updated.diagonal(dim1=-2, dim2=-1).zero_()
+    return updated
 
 
 def update_precedence(precedence: torch.Tensor, write_weighting: torch.Tensor) -> torch.Tensor:
@@ -240,6 +263,9 @@ class DNCMemoryState(NamedTuple):
     write_weighting: torch.Tensor  # w^w [B, N]
     read_weightings: torch.Tensor  # w^r [B, R, N]
     reads: torch.Tensor  # r [B, R, W]
+    #: ``(M, cell_statistics(M, masked))``: reused by the next step's write lookup only while ``memory``
+    #: is that very tensor ``M`` (a state edited with ``_replace(memory=...)`` recomputes them)
+    memory_statistics: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 @dataclass
@@ -354,8 +380,10 @@ class DNCMemory(nn.Module):
         def zeros(*shape: int) -> torch.Tensor:
             return torch.zeros(batch_size, *shape, device=device, dtype=dtype)
 
+        memory = zeros(n, w)
+        statistics = zeros(n, w) if self.config.masked else zeros(n)  # those of the empty memory
         return DNCMemoryState(
-            zeros(n, w), zeros(n), zeros(n, n), zeros(n), zeros(n), zeros(r, n), zeros(r, w)
+            memory, zeros(n), zeros(n, n), zeros(n), zeros(n), zeros(r, n), zeros(r, w), (memory, statistics)
         )
 
     def step(
@@ -367,12 +395,22 @@ class DNCMemory(nn.Module):
         retention = retention_vector(interface.free_gates, state.read_weightings)
         usage = update_usage(state.usage, state.write_weighting.detach(), retention)
         allocation = allocation_weighting(usage)
-        # write (eqs. A.7, A.8 / 2.3)
+        # write (eqs. A.7, A.8 / 2.3); the look-up reuses the statistics of M_{t-1} from the last read
+        cached = state.memory_statistics
+        write_mask = None if interface.write_mask is None else interface.write_mask.unsqueeze(1)
+        previous_statistics = None
+        if (
+            cached is not None
+            and cached[0] is state.memory
+            and cached[1].dim() == 2 + (write_mask is not None)
+        ):
+            previous_statistics = cached[1]
         write_content = content_weighting(
             state.memory,
             interface.write_key.unsqueeze(1),
             interface.write_strength.unsqueeze(1),
-            None if interface.write_mask is None else interface.write_mask.unsqueeze(1),
+            write_mask,
+            statistics=previous_statistics,
         ).squeeze(1)
         written = write_weighting(allocation, write_content, interface.allocation_gate, interface.write_gate)
         memory = update_memory(
@@ -385,18 +423,21 @@ class DNCMemory(nn.Module):
         # temporal links (eq. A.9) and link distributions (eqs. 2.5, A.10)
         link = update_link(state.link, state.precedence, written)
         precedence = update_precedence(state.precedence, written)
-        forward = torch.einsum("bij,brj->bri", link, state.read_weightings)  # L_t w_{t-1}^r
-        backward = torch.einsum("bji,brj->bri", link, state.read_weightings)  # L_t^T w_{t-1}^r
+        forward = torch.matmul(state.read_weightings, link.transpose(-1, -2))  # L_t w_{t-1}^r
+        backward = torch.matmul(state.read_weightings, link)  # L_t^T w_{t-1}^r
         if interface.forward_sharpness is not None and interface.backward_sharpness is not None:
             forward = sharpen(forward, interface.forward_sharpness)
             backward = sharpen(backward, interface.backward_sharpness)
         # read (eqs. A.11, A.12)
+        statistics = cell_statistics(memory, interface.read_masks is not None)
         read_content = content_weighting(
-            memory, interface.read_keys, interface.read_strengths, interface.read_masks
+            memory, interface.read_keys, interface.read_strengths, interface.read_masks, statistics=statistics
         )
         reads_weighting = read_weighting(backward, read_content, forward, interface.read_modes)
-        reads = torch.einsum("brn,bnw->brw", reads_weighting, memory)  # r = M_t^T w^r
-        new_state = DNCMemoryState(memory, usage, link, precedence, written, reads_weighting, reads)
+        reads = torch.matmul(reads_weighting, memory)  # r = M_t^T w^r
+        new_state = DNCMemoryState(
+            memory, usage, link, precedence, written, reads_weighting, reads, (memory, statistics)
+        )
         trace = None
         if return_trace:
             trace = DNCMemoryTrace(
