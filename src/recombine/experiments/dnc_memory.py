@@ -21,13 +21,27 @@ come from ``numpy.random.default_rng([seed, 0])`` and the fixed evaluation set f
 
 :func:`compare_on_repeated_copy` is the small-scale version of thesis Fig. 2.3b: DNC vs DNC-DS vs
 DNC-MDS on repeated copy whose total length exceeds the memory, with the loss-curve figure and one
-memory-trace figure per model (:mod:`recombine.probes.dnc_traces`, Figs. 2.3a / 2.4). Not yet a
-registered ``recombine reproduce`` entry.
+memory-trace figure per model (:mod:`recombine.probes.dnc_traces`, Figs. 2.3a / 2.4).
+
+Two scripted reproductions (``run(out_dir, config)`` writing ``report.md``, ``results.json`` and the
+figures; :mod:`recombine.experiments.scripted_reproduction`):
+
+* :func:`run_dnc_repeat_copy` / :class:`DNCRepeatCopyConfig` (``dnc-repeat-copy``): DNC vs DNC-DS vs
+  DNC-MDS on repeated copy longer than the memory, loss curves over seeds (Fig. 2.3b), the memory
+  trace of each variant and the link distributions / read modes side by side (Figs. 2.3a, 2.4);
+* :func:`run_dnc_assoc_recall` / :class:`DNCAssocRecallConfig` (``dnc-assoc-recall``): DNC vs DNC-M on
+  associative recall, loss curves over seeds and the steps each seed needs to bring its smoothed
+  training loss below a threshold (Fig. 2.2a: "masking improves convergence speed").
+
+Both measure convergence speed by :func:`steps_to_threshold`: the first step after which the moving
+average of the training loss is below ``threshold_fraction`` times the chance loss (the loss of
+predicting 1/2 for every answer bit, :func:`chance_loss`); the thesis shows curves, not this number.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.scripted_reproduction import ScriptedReproduction
 from recombine.models.dnc import DNC
 from recombine.models.layers.dnc_memory import DNCMemoryConfig
 from recombine.probes.dnc_traces import (
@@ -47,6 +62,7 @@ from recombine.probes.dnc_traces import (
     trace_arrays,
 )
 from recombine.tasks.memory_tasks import (
+    AssociativeRecallConfig,
     Curriculum,
     MemorySequence,
     MemoryTaskBatch,
@@ -379,3 +395,323 @@ def save_loss_curves(results: dict[str, list[MemoryTrainResult]], path: str | Pa
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+# --- the scripted reproductions `dnc-repeat-copy` and `dnc-assoc-recall` ------------------------
+
+
+def steps_to_threshold(train_loss: np.ndarray, threshold: float, smooth: int) -> int | None:
+    """The first step after which the moving average of the training loss over the last ``smooth``
+    steps is below ``threshold``; ``None`` if it never is."""
+    width = max(1, min(smooth, len(train_loss)))
+    averages = np.convolve(
+        train_loss, np.ones(width) / width, mode="valid"
+    )  # averages[i] ends at step i+width
+    below = np.flatnonzero(averages < threshold)
+    return int(below[0] + width) if len(below) else None
+
+
+@dataclass
+class DNCRepeatCopyConfig:
+    """``dnc-repeat-copy``: DNC vs DNC-DS vs DNC-MDS on repeated copy longer than the memory (thesis
+    Figs. 2.3-2.4), at a CPU scale: ``min_repeats..max_repeats`` copies of ``min_length..max_length``
+    words of ``width`` bits, always more words than ``n_cells``."""
+
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    variants: list[str] = field(default_factory=lambda: ["dnc", "dnc_ds", "dnc_mds"])
+    width: int = 6
+    min_length: int = 1
+    max_length: int = 4
+    min_repeats: int = 2
+    max_repeats: int = 4
+    n_cells: int = 6
+    cell_width: int = 16
+    d_controller: int = 32
+    n_read_heads: int = 1
+    steps: int = 1000
+    batch_size: int = 16
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    eval_every: int = 100
+    eval_size: int = 64
+    threshold_fraction: float = 0.1  # loss threshold = this x the chance loss (answer bits x ln 2)
+    smooth: int = 50  # moving-average window of the training loss (threshold and figure)
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        _check_variants(self.variants)
+        if not self.seeds:
+            raise UserError("need at least one seed")
+        if not 0.0 < self.threshold_fraction < 1.0 or self.smooth < 1:
+            raise UserError("threshold_fraction must be in (0, 1) and smooth >= 1")
+        self.task()  # validates the task fields
+
+    def task(self) -> RepeatedCopyConfig:
+        return RepeatedCopyConfig(
+            width=self.width,
+            length_range=(self.min_length, self.max_length),
+            repeats_range=(self.min_repeats, self.max_repeats),
+            exceed_memory=self.n_cells,
+        )
+
+
+@dataclass
+class DNCAssocRecallConfig:
+    """``dnc-assoc-recall``: DNC vs DNC-M on associative recall (thesis Fig. 2.2a: masking speeds up
+    convergence), at a CPU scale: ``min_blocks..max_blocks`` blocks of ``block_words`` words of
+    ``width`` bits."""
+
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    variants: list[str] = field(default_factory=lambda: ["dnc", "dnc_m"])
+    width: int = 6
+    block_words: int = 2
+    min_blocks: int = 2
+    max_blocks: int = 4
+    n_cells: int = 16
+    cell_width: int = 16
+    d_controller: int = 64
+    n_read_heads: int = 1
+    steps: int = 2000
+    batch_size: int = 16
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    eval_every: int = 100
+    eval_size: int = 64
+    threshold_fraction: float = 0.2  # loss threshold = this x the chance loss (answer bits x ln 2)
+    smooth: int = 50
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        _check_variants(self.variants)
+        if not self.seeds:
+            raise UserError("need at least one seed")
+        if not 0.0 < self.threshold_fraction < 1.0 or self.smooth < 1:
+            raise UserError("threshold_fraction must be in (0, 1) and smooth >= 1")
+        self.task()
+
+    def task(self) -> AssociativeRecallConfig:
+        return AssociativeRecallConfig(
+            width=self.width, block_words=self.block_words, blocks_range=(self.min_blocks, self.max_blocks)
+        )
+
+
+ReproductionConfig = DNCRepeatCopyConfig | DNCAssocRecallConfig
+
+
+def _check_variants(variants: list[str]) -> None:
+    if not variants:
+        raise UserError(f"need at least one variant; valid choices: {', '.join(VARIANTS)}")
+    for variant in variants:
+        if variant not in VARIANTS:
+            raise UserError(f"unknown DNC variant {variant!r}; {choices_hint(variant, VARIANTS)}")
+
+
+def _model_and_train(config: ReproductionConfig) -> tuple[DNCSequenceConfig, MemoryTrainConfig]:
+    model = DNCSequenceConfig(
+        variant=config.variants[0],
+        d_controller=config.d_controller,
+        n_cells=config.n_cells,
+        cell_width=config.cell_width,
+        n_read_heads=config.n_read_heads,
+    )
+    train = MemoryTrainConfig(
+        steps=config.steps,
+        batch_size=config.batch_size,
+        optimizer=config.optimizer,
+        lr=config.lr,
+        eval_every=config.eval_every,
+        eval_size=config.eval_size,
+        threads=config.threads,
+    )
+    return model, train
+
+
+def chance_loss(task: MemoryTaskConfig, seed: int = 0, n: int = 256) -> float:
+    """Mean number of answer bits per sequence times ``ln 2``: the loss of always predicting 1/2."""
+    batch = sample_batch(task, n, np.random.default_rng([seed, 2]))
+    return float(batch.loss_mask.sum() * task.output_size / n * np.log(2.0))
+
+
+@dataclass
+class DNCReproductionResult:
+    config: ReproductionConfig
+    comparison: VariantComparison
+    threshold: float
+    steps_to_threshold: dict[str, list[int | None]]  # variant -> per seed
+    report: Path
+    results: Path
+
+
+def run_dnc_repeat_copy(
+    out_dir: str | Path, config: DNCRepeatCopyConfig | None = None
+) -> DNCReproductionResult:
+    """Train every variant on every seed; write ``report.md``, ``results.json``, the loss curves
+    (Fig. 2.3b), one memory trace per variant and the link comparison (Figs. 2.3a, 2.4)."""
+    config = config or DNCRepeatCopyConfig()
+    return _run_reproduction(out_dir, config, "repeat copy", with_links=True)
+
+
+def run_dnc_assoc_recall(
+    out_dir: str | Path, config: DNCAssocRecallConfig | None = None
+) -> DNCReproductionResult:
+    """Train every variant on every seed; write ``report.md``, ``results.json``, the loss curves
+    (Fig. 2.2a) and one memory trace per variant."""
+    config = config or DNCAssocRecallConfig()
+    return _run_reproduction(out_dir, config, "associative recall", with_links=False)
+
+
+def _run_reproduction(
+    out_dir: str | Path, config: ReproductionConfig, task_name: str, with_links: bool
+) -> DNCReproductionResult:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    task = config.task()
+    model, train = _model_and_train(config)
+    results = {
+        v: [
+            train_memory_task(task, dataclasses.replace(model, variant=v), dataclasses.replace(train, seed=s))
+            for s in config.seeds
+        ]
+        for v in config.variants
+    }
+    comparison = VariantComparison(results, None, {}, None)
+    stem = task_name.replace(" ", "_")
+    comparison.loss_curve_figure = save_loss_curves(results, out / f"{stem}_loss.png", smooth=config.smooth)
+    sequence = _example_sequence(task, config.seeds[0])
+    traces = {v: trace_sequence(runs[0].model, sequence) for v, runs in results.items()}
+    for variant, arrays in traces.items():
+        comparison.trace_figures[variant] = save_memory_trace(
+            arrays, out / f"trace_{variant}.png", title=f"{variant} on {task_name} (seed {config.seeds[0]})"
+        )
+    if with_links:
+        comparison.link_comparison_figure = save_link_comparison(traces, out / "links.png")
+    threshold = config.threshold_fraction * chance_loss(task)
+    reached = {
+        v: [steps_to_threshold(r.train_loss, threshold, config.smooth) for r in runs]
+        for v, runs in results.items()
+    }
+    results_path = out / "results.json"
+    results_path.write_text(json.dumps(_results_json(config, comparison, threshold, reached), indent=2))
+    figures = [p.name for p in [comparison.loss_curve_figure, comparison.link_comparison_figure] if p]
+    figures += [p.name for p in comparison.trace_figures.values()]
+    report = out / "report.md"
+    report.write_text(render_dnc_report(config, task_name, comparison, threshold, reached, figures))
+    return DNCReproductionResult(config, comparison, threshold, reached, report, results_path)
+
+
+def _results_json(
+    config: ReproductionConfig,
+    comparison: VariantComparison,
+    threshold: float,
+    reached: dict[str, list[int | None]],
+) -> dict[str, object]:
+    runs = {
+        variant: [
+            {
+                "seed": seed,
+                "seconds": r.seconds,
+                "steps_to_threshold": steps,
+                "train_loss": r.train_loss.tolist(),
+                "eval_steps": r.eval_steps.tolist(),
+                "eval_loss": r.eval_loss.tolist(),
+                "eval_bit_error": r.eval_bit_error.tolist(),
+                "eval_sequence_accuracy": r.eval_sequence_accuracy.tolist(),
+            }
+            for seed, r, steps in zip(config.seeds, results, reached[variant], strict=True)
+        ]
+        for variant, results in comparison.results.items()
+    }
+    return {
+        "config": dataclasses.asdict(config),
+        "loss_threshold": threshold,
+        "summary": comparison.summary(),
+        "runs": runs,
+    }
+
+
+def render_dnc_report(
+    config: ReproductionConfig,
+    task_name: str,
+    comparison: VariantComparison,
+    threshold: float,
+    reached: dict[str, list[int | None]],
+    figures: list[str],
+) -> str:
+    repeat_copy = isinstance(config, DNCRepeatCopyConfig)
+    if repeat_copy:
+        title = "# DNC vs DNC-DS vs DNC-MDS on long repeated copy (thesis 2.3, Figs. 2.3-2.4)"
+        task_line = (
+            f"Repeated copy: {config.min_repeats}-{config.max_repeats} copies of {config.min_length}-"
+            f"{config.max_length} words of {config.width} bits, always more than {config.n_cells} words in "
+            f"total, on a memory of {config.n_cells} cells: the memory must be freed and reused."
+        )
+        paper = (
+            "Thesis: DNC-DS/MDS reach a near-zero loss quickly and solve the long task, the DNC stays blurry "
+            "(Fig. 2.3); masking adds little here."
+        )
+    else:
+        title = "# Masking speeds up associative recall: DNC vs DNC-M (thesis 2.3, Fig. 2.2a)"
+        task_line = (
+            f"Associative recall: {config.min_blocks}-{config.max_blocks} blocks of "
+            f"{config.block_words} words of {config.width} bits, then a query block; answer: the block "
+            "that followed it."
+        )
+        paper = "Thesis: the models with masking converge faster (Fig. 2.2a, 12 seeds per model)."
+    lines = [
+        title,
+        "",
+        task_line,
+        f"Model: LSTM controller {config.d_controller}, {config.n_cells} cells of width {config.cell_width}, "
+        f"{config.n_read_heads} read head(s). {config.optimizer} lr {config.lr}, batch {config.batch_size}, "
+        f"{config.steps} steps; seeds {config.seeds}. Loss: BCE summed over answer bits, per sequence.",
+        "",
+        paper,
+        "",
+        f"Steps to threshold: first step after which the {config.smooth}-step moving average of the training "
+        f"loss is below {threshold:.3f} ({config.threshold_fraction:g} x the chance loss); '-' = never.",
+        "",
+        "| variant | final eval loss | final bit error | final sequence acc. | steps to threshold (per seed) "
+        "| seeds reaching it | s / run |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    summary = comparison.summary()
+    for variant, runs in comparison.results.items():
+        row = summary[variant]
+        losses = [r.eval_loss[-1] for r in runs]
+        bit_errors = [r.eval_bit_error[-1] for r in runs]
+        accuracies = [r.eval_sequence_accuracy[-1] for r in runs]
+        steps = ", ".join("-" if s is None else str(s) for s in reached[variant])
+        n_reached = sum(s is not None for s in reached[variant])
+        lines.append(
+            f"| {variant} | {np.mean(losses):.3f} ± {np.std(losses):.3f} | {np.mean(bit_errors):.4f} ± "
+            f"{np.std(bit_errors):.4f} | {np.mean(accuracies):.3f} ± {np.std(accuracies):.3f} | {steps} | "
+            f"{n_reached}/{len(runs)} | {row['seconds']:.0f} |"
+        )
+    lines += [
+        "",
+        "Evaluation: a fixed set of "
+        f"{config.eval_size} sequences per seed, scored on the answer steps (mean ± std over seeds).",
+        "",
+        *[f"![{name}]({name})" for name in figures],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+_QUICK = {"steps": 40, "eval_every": 20, "eval_size": 16, "smooth": 10}
+DNC_REPEAT_COPY = ScriptedReproduction(
+    "dnc-repeat-copy",
+    "DNC vs DNC-DS vs DNC-MDS on repeated copy longer than the memory (thesis Figs. 2.3-2.4)",
+    "Csordás thesis 2.3, Figs. 2.3-2.4",
+    DNCRepeatCopyConfig,
+    run_dnc_repeat_copy,
+    quick=_QUICK,
+)
+DNC_ASSOC_RECALL = ScriptedReproduction(
+    "dnc-assoc-recall",
+    "masking speeds up associative recall: DNC vs DNC-M (thesis Fig. 2.2a)",
+    "Csordás thesis 2.3, Fig. 2.2a",
+    DNCAssocRecallConfig,
+    run_dnc_assoc_recall,
+    quick=_QUICK,
+)

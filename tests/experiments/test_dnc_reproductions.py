@@ -1,0 +1,115 @@
+"""The scripted reproductions ``dnc-repeat-copy`` and ``dnc-assoc-recall`` (thesis 2.3, Figs. 2.2a-2.4):
+steps-to-threshold and the chance loss against independent references, config resolution, and a tiny
+end-to-end run of each through the scripted-reproduction machinery."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from recombine.errors import UserError
+from recombine.experiments.dnc_memory import (
+    DNC_ASSOC_RECALL,
+    DNC_REPEAT_COPY,
+    DNCRepeatCopyConfig,
+    batch_loss,
+    chance_loss,
+    steps_to_threshold,
+)
+from recombine.experiments.scripted_reproduction import ScriptedReproduction, is_complete, run_scripted
+from recombine.tasks.memory_tasks import AssociativeRecallConfig, RepeatedCopyConfig, sample_batch
+
+REPEAT_COPY, ASSOC_RECALL = DNC_REPEAT_COPY, DNC_ASSOC_RECALL
+TINY = {
+    "steps": 3,
+    "eval_every": 3,
+    "eval_size": 4,
+    "batch_size": 4,
+    "smooth": 2,
+    "d_controller": 8,
+    "cell_width": 4,
+}
+
+
+def naive_steps_to_threshold(loss: np.ndarray, threshold: float, smooth: int) -> int | None:
+    for end in range(smooth, len(loss) + 1):  # the average of steps end-smooth+1 .. end (1-based)
+        if sum(loss[end - smooth : end]) / smooth < threshold:
+            return end
+    return None
+
+
+def test_steps_to_threshold_matches_a_loop() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        loss = np.cumsum(rng.normal(-0.1, 1.0, size=60)) + 5
+        threshold, smooth = float(rng.uniform(-3, 5)), int(rng.integers(1, 12))
+        assert steps_to_threshold(loss, threshold, smooth) == naive_steps_to_threshold(
+            loss, threshold, smooth
+        )
+    assert steps_to_threshold(np.array([3.0, 1.0, 0.0]), 2.5, 2) == 2  # (3 + 1) / 2 = 2 < 2.5
+    assert steps_to_threshold(np.ones(10), 0.5, 3) is None
+
+
+@pytest.mark.parametrize(
+    "task",
+    [AssociativeRecallConfig(width=3, block_words=2, blocks_range=(2, 5)), RepeatedCopyConfig(width=4)],
+)
+def test_chance_loss_is_the_loss_of_predicting_one_half(
+    task: AssociativeRecallConfig | RepeatedCopyConfig,
+) -> None:
+    """Zero logits predict p = 1/2 for every answer bit: BCE ln 2 per bit (the trainer's own loss)."""
+    batch = sample_batch(task, 256, np.random.default_rng([0, 2]))
+    zeros = torch.zeros(batch.targets.shape, dtype=torch.float64)
+    assert chance_loss(task) == pytest.approx(float(batch_loss(zeros, batch, "output_steps")), rel=1e-9)
+    assert chance_loss(task) > math.log(2) * task.output_size  # at least one answer step per sequence
+
+
+def test_configs_resolve_for_the_cli_and_reject_bad_values() -> None:
+    config = REPEAT_COPY.resolve_config(2, True, {})
+    assert config.seeds == [0, 1] and config.steps == 40 and config.variants == ["dnc", "dnc_ds", "dnc_mds"]
+    assert config.task().exceed_memory == config.n_cells  # always more words than memory cells
+    recall = ASSOC_RECALL.resolve_config(None, False, {"width": 5})
+    assert recall.variants == ["dnc", "dnc_m"] and recall.task().width == 5 and recall.seeds == [0, 1, 2]
+    with pytest.raises(UserError, match="unknown DNC variant"):
+        ASSOC_RECALL.resolve_config(None, False, {"variants": ["dnc", "dnc_x"]})
+    with pytest.raises(UserError, match="stepz"):
+        REPEAT_COPY.resolve_config(None, False, {"stepz": 3})
+    with pytest.raises(UserError, match="exceed_memory"):  # 1 x 2 words can never exceed 6 cells
+        DNCRepeatCopyConfig(max_length=1, max_repeats=2)
+
+
+@pytest.mark.parametrize(
+    ("reproduction", "n_seeds", "variants"),
+    [(REPEAT_COPY, 2, ["dnc_ds"]), (ASSOC_RECALL, 1, ["dnc", "dnc_m"])],  # two small runs each
+    ids=["dnc-repeat-copy", "dnc-assoc-recall"],
+)
+def test_a_tiny_run_writes_the_report_results_and_figures(
+    reproduction: ScriptedReproduction, n_seeds: int, variants: list[str], tmp_path: Path
+) -> None:
+    out = tmp_path / reproduction.name
+    overrides = {**TINY, "variants": variants}
+    report = run_scripted(reproduction, out, seeds=n_seeds, overrides=overrides)
+    assert is_complete(out)
+    config = reproduction.resolve_config(n_seeds, False, overrides)
+    results = json.loads((out / "results.json").read_text())
+    assert results["reproduction"] == reproduction.name
+    assert set(results["runs"]) == set(config.variants)
+    threshold = results["loss_threshold"]
+    assert threshold == pytest.approx(config.threshold_fraction * chance_loss(config.task()))
+    text = report.read_text()
+    for variant, runs in results["runs"].items():
+        assert [run["seed"] for run in runs] == list(range(n_seeds))
+        for run in runs:
+            assert len(run["train_loss"]) == TINY["steps"] and run["eval_steps"] == [0, TINY["steps"]]
+            expected = naive_steps_to_threshold(np.array(run["train_loss"]), threshold, TINY["smooth"])
+            assert run["steps_to_threshold"] == expected
+        assert f"| {variant} |" in text
+        assert (out / f"trace_{variant}.png").stat().st_size > 0
+    figures = [line[line.index("(") + 1 : -1] for line in text.splitlines() if line.startswith("![")]
+    assert figures and all((out / name).is_file() for name in figures)
+    assert (out / "links.png").is_file() == (reproduction is REPEAT_COPY)
