@@ -134,7 +134,10 @@ def test_recipe_file_is_the_registered_reproduction(name: str) -> None:
     ("data", "message"),
     [
         ({"experiment": "smfr-algoo"}, "experiment 'smfr-algoo' is not a scripted reproduction"),
-        ({"experiment": "ndr-ctl"}, "not a scripted reproduction; valid choices: gdrc-images"),
+        (
+            {"experiment": "ndr-ctl"},
+            "not a scripted reproduction; valid choices: dnc-assoc-recall, dnc-repeat-copy, gdrc-images",
+        ),
         ({"experiment": "gdrc-toy", "confg": {}}, "unknown key 'confg'"),
         ({"experiment": "gdrc-toy", "seeds": 0}, "seeds must be an integer >= 1"),
         ({"experiment": "gdrc-toy", "config": [1]}, "config must be a mapping"),

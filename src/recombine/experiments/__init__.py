@@ -7,12 +7,16 @@ own training loop (:class:`ScriptedReproduction`, e.g. ``smfr-algo``).
 from __future__ import annotations
 
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.dnc_memory import DNC_ASSOC_RECALL, DNC_REPEAT_COPY
 from recombine.experiments.gdrc_images import GDRCImagesConfig, run_gdrc_images
+from recombine.experiments.gdrc_scan import GDRC_SCAN
 from recombine.experiments.gdrc_toy import GDRCToyRunConfig, run_gdrc_toy
 from recombine.experiments.moe_lm import MoELMRunConfig, run_moe_lm
 from recombine.experiments.ndr_ctl import NDR_CTL
 from recombine.experiments.reproduction import Reproduction
 from recombine.experiments.scripted_reproduction import ScriptedReproduction
+from recombine.experiments.sim_diffusion import SIM_DIFFUSION
+from recombine.experiments.sim_seeds import SIM_LINEAR, SIM_MLP
 from recombine.experiments.smfr_algo import SMFRAlgoSeedsConfig, run_algo_seeds
 from recombine.experiments.smfr_double_add import SMFRDoubleAddConfig, run_double_addition
 from recombine.experiments.smfr_interference import SMFRInterferenceConfig, run_interference
@@ -100,6 +104,12 @@ SCRIPTED = [
             "analysis": {"train_steps": 100, "mask": {"steps": 50}, "task": {"n_train": 2000, "n_test": 200}}
         },
     ),
+    GDRC_SCAN,
+    SIM_LINEAR,
+    SIM_MLP,
+    SIM_DIFFUSION,
+    DNC_REPEAT_COPY,
+    DNC_ASSOC_RECALL,
 ]
 
 REPRODUCTIONS: dict[str, Reproduction | ScriptedReproduction] = {r.name: r for r in [NDR_CTL, *SCRIPTED]}
