@@ -217,14 +217,14 @@ def _sweep_scripted(recipe: Any, args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from recombine.runs.listing import filter_runs, find_runs, format_table
+    from recombine.runs.listing import filter_runs, find_runs, format_table, varying_fields
 
     root = Path(args.dir)
     runs = filter_runs(find_runs(root), args.task, args.model, args.status, args.where)
     if args.json:
         print(json.dumps([run.to_dict() for run in runs], indent=2))
     elif runs:
-        print(format_table(runs, root))
+        print(format_table(runs, root, varying_fields(runs) if args.compare else None))
     else:
         print(f"no runs under {root} match", file=sys.stderr)
     return 0
@@ -488,6 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--status", help="finished, failed, running or interrupted")
     runs.add_argument("--where", action="append", metavar="KEY=VALUE", help="config field, e.g. seed=2")
     runs.add_argument("--json", action="store_true", help="machine-readable output with full configs")
+    runs.add_argument(
+        "--compare", action="store_true", help="add a column per config field that differs between the runs"
+    )
     runs.set_defaults(handler=cmd_runs)
     report.set_defaults(handler=cmd_report)
     return parser

@@ -3,6 +3,7 @@ in the run store's format (no training needed)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import yaml
 
 from recombine.cli import main
 from recombine.errors import UserError
-from recombine.runs.listing import filter_runs, find_runs, format_table
+from recombine.runs.listing import filter_runs, find_runs, format_table, varying_fields
 
 
 def _config(task: str, model: str, seed: int, d_model: int, lr: float) -> dict[str, Any]:
@@ -137,3 +138,21 @@ def test_table_and_json_output(store: Path, capsys: pytest.CaptureFixture[str]) 
     assert listed[0]["selected"]["test_ood"] == 0.25 and listed[0]["config"]["model"]["d_model"] == 64
     assert main(["runs", str(store / "missing")]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_compare_adds_a_column_for_each_config_field_that_differs(
+    store: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = find_runs(store)
+    # d_model (64/16/32) and lr (1e-3/5e-4) differ; direction and steps are the same everywhere
+    assert varying_fields(runs) == ["model.d_model", "train.lr"]
+    ctl_64 = filter_runs(runs, task="ctl", where=["model.d_model=64"])
+    assert varying_fields(ctl_64) == []  # finished, diverged, running: only seed and model differ
+    lacking = [dataclasses.replace(runs[0], config={"a": 1}), dataclasses.replace(runs[0], config={})]
+    assert varying_fields(lacking) == ["a"]  # a field one run lacks counts as differing
+
+    assert main(["runs", str(store), "--task", "ctl", "--compare"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:6] == ["run", "task", "model", "seed", "model.d_model", "train.lr"]
+    interrupted = next(line for line in table if line.startswith("b/interrupted")).split()
+    assert interrupted[4:6] == ["32", "0.0005"]

@@ -4,7 +4,9 @@ A run is a directory holding a ``config.yaml`` (written by ``recombine train``) 
 ``failure.json`` (a trial rejected before training; its record keeps the config). Filters: task,
 model, status (:data:`recombine.runs.trial_record.STATUSES`) and ``key=value`` on any config field
 by dotted path (``model.d_model=64``, ``train.lr=0.001``, ``seed=2``; values compared after YAML
-parsing, so ``0.001`` and ``1.0e-3`` are the same).
+parsing, so ``0.001`` and ``1.0e-3`` are the same). ``--compare`` adds a column for every config
+field whose value differs between the listed runs (:func:`varying_fields`), so a table of a sweep shows
+what sets its runs apart.
 """
 
 from __future__ import annotations
@@ -154,9 +156,27 @@ def filter_runs(
     return kept
 
 
-def format_table(runs: list[RunSummary], root: Path) -> str:
-    """One line per run: path (relative to ``root``), task, model, seed, status, steps, accuracies."""
-    header = ["run", "task", "model", "seed", "status", "step", "selected accuracies"]
+#: config fields the table always shows, or that differ between any two runs by construction
+_SHOWN_FIELDS = {"seed", "task.name", "model.name"}
+
+
+def varying_fields(runs: list[RunSummary]) -> list[str]:
+    """The dotted config fields whose value is not the same in every run (a field a run lacks counts
+    as a different value), in sorted order, leaving out those the table always shows."""
+    keys = sorted({key for run in runs for key in _config_keys(run.config)} - _SHOWN_FIELDS)
+    varying = []
+    for key in keys:
+        values = [_field(run.config, key) for run in runs]
+        if any(value != values[0] for value in values[1:]):
+            varying.append(key)
+    return varying
+
+
+def format_table(runs: list[RunSummary], root: Path, fields: list[str] | None = None) -> str:
+    """One line per run: path (relative to ``root``), task, model, seed, status, steps, the config
+    ``fields`` asked for (dotted paths; ``-`` where a run lacks one), accuracies."""
+    fields = fields or []
+    header = ["run", "task", "model", "seed", *fields, "status", "step", "selected accuracies"]
     rows = []
     for run in runs:
         relative = run.path.relative_to(root) if run.path.is_relative_to(root) else run.path
@@ -168,6 +188,7 @@ def format_table(runs: list[RunSummary], root: Path) -> str:
                 run.task,
                 run.model,
                 str(run.config.get("seed", "?")),
+                *(_cell(run.config, key) for key in fields),
                 run.status,
                 progress,
                 accuracies or run.reason,
@@ -180,3 +201,8 @@ def format_table(runs: list[RunSummary], root: Path) -> str:
             "  ".join(text.ljust(width) for text, width in zip(row, widths, strict=False)) + "  " + row[-1]
         )
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _cell(config: dict[str, Any], dotted: str) -> str:
+    present, value = _field(config, dotted)
+    return str(value) if present else "-"
