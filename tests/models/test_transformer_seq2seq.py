@@ -175,3 +175,42 @@ def test_teacher_forcing_computes_real_positions_only_and_equals_the_padded_comp
     real = torch.arange(6)[None, :] < tgt_len[:, None]
     torch.testing.assert_close(packed[real], padded[real])
     assert (packed[~real] == 0).all()
+
+
+FFN_BLOCKS = {"topk": "TopKMLP", "pkm": "ProductKeyMemory", "sigma_moe": "SigmaMoE", "switch": "SigmaMoE"}
+FFN_BLOCKS["s_base"] = "SBaseMoE"
+
+
+@pytest.mark.parametrize("ffn", sorted(FFN_BLOCKS))
+@pytest.mark.parametrize("name", ["transformer_seq2seq", "transformer_seq2seq_rel_universal"])
+def test_ffn_blocks_replace_the_dense_mlp_and_keep_decoding_and_padding_exact(name: str, ffn: str) -> None:
+    """``model.ffn`` (thesis ch. 7) in every encoder and decoder layer: batched greedy decoding still
+    equals the one-sample loop, and padding still changes no logits of a sample."""
+    small_blocks = {"topk": {"k": 8}, "pkm": {"k": 4, "heads": 2}, "sigma_moe": {"n_experts": 4, "k": 2}}
+    model = build(name, tied_embedding=False, ffn=ffn, d_ff=64, **{ffn: small_blocks.get(ffn, {})})
+    layers = [*model.encoder_layers, *model.decoder_layers]
+    assert {type(layer.ffn).__name__ for layer in layers} == {FFN_BLOCKS[ffn]}
+    src, src_len = random_sources(6, seed=4)
+    with torch.no_grad():
+        tokens, lengths = model.greedy_decode(src, src_len, 5)
+        for b in range(len(src)):
+            expected = decode_alone(model, src[b, : src_len[b]], 5)
+            assert tokens[b, : int(lengths[b])].tolist() == expected
+        one = model(src[:1, : src_len[0]], src_len[:1], torch.tensor([[7, 1, 2]]), torch.tensor([3]))
+        padded_tgt = torch.tensor([[7, 1, 2, 0, 0], [7, 3, 4, 5, 1]])
+        both = model(src[:2], src_len[:2], padded_tgt, torch.tensor([3, 5]))
+    torch.testing.assert_close(both[:1, :3], one)
+
+
+def test_sigma_moe_regulariser_reaches_the_training_loss_only() -> None:
+    model = build("transformer_seq2seq_universal", ffn="sigma_moe", d_ff=64).train()
+    src, src_len = random_sources(4, seed=5)
+    tgt_in, tgt_len = torch.tensor([[7, 1, 2, 3]] * 4), torch.tensor([4, 2, 3, 1])
+    model(src, src_len, tgt_in, tgt_len)
+    first = model.auxiliary_loss()
+    assert first is not None and first.requires_grad and torch.isfinite(first)
+    assert model.auxiliary_loss() is None  # popped
+    with torch.no_grad():
+        model(src, src_len, tgt_in, tgt_len)
+    assert model.auxiliary_loss() is None
+    assert build("transformer_seq2seq").train().auxiliary_loss() is None

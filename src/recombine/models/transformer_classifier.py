@@ -35,7 +35,7 @@ parameters and checkpoint layout as before ACT existed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -48,17 +48,13 @@ from recombine.models.layers.adaptive_computation import (
 )
 from recombine.models.layers.auxiliary_loss import discard_auxiliary_losses, pop_auxiliary_loss
 from recombine.models.layers.encoder_layer import ATTENTION_KINDS, EncoderLayer
-from recombine.models.layers.feed_forward import build_feed_forward, check_ffn_kind
-from recombine.models.layers.pkm import PKMConfig
+from recombine.models.layers.feed_forward import FeedForwardChoice
 from recombine.models.layers.positional import sinusoidal_embedding
-from recombine.models.layers.s_base import SBaseConfig
-from recombine.models.layers.sigma_moe import SigmaMoEConfig
-from recombine.models.layers.topk_mlp import TopKMLPConfig
 from recombine.tasks.base import TaskSpec
 
 
 @dataclass
-class TransformerClassifierConfig:
+class TransformerClassifierConfig(FeedForwardChoice):
     d_model: int = 128
     n_heads: int = 4
     d_ff: int = 256
@@ -71,18 +67,12 @@ class TransformerClassifierConfig:
     shared_layers: bool = True
     readout: str = "last"
     test_layers: int = 0
-    ffn: str = "dense"
-    topk: TopKMLPConfig = field(default_factory=TopKMLPConfig)
-    pkm: PKMConfig = field(default_factory=PKMConfig)
-    sigma_moe: SigmaMoEConfig = field(default_factory=SigmaMoEConfig)
-    switch: SigmaMoEConfig = field(default_factory=SigmaMoEConfig.switch)
-    s_base: SBaseConfig = field(default_factory=SBaseConfig)
     act: str = "none"  # none | graves | universal (thesis D.1, Tab. D.2 "A" / "U")
     act_alpha: float = 0.03  # ponder cost weight (D.1: best of 0.001 .. 0.1)
     act_epsilon: float = 0.01  # halting threshold 1 - epsilon (eq. D.2)
 
     def __post_init__(self) -> None:
-        check_ffn_kind(self.ffn)
+        super().__post_init__()
         check_act_variant(self.act)
         if not 0.0 < self.act_epsilon < 1.0:
             raise UserError(f"model.act_epsilon must be in (0, 1), got {self.act_epsilon}")
@@ -115,17 +105,7 @@ class TransformerClassifier(nn.Module):
         self.absolute_positions = config.attention == "softmax"
 
         def make_layer() -> EncoderLayer:
-            ffn = build_feed_forward(
-                config.ffn,
-                config.d_model,
-                config.d_ff,
-                config.n_layers,
-                topk=config.topk,
-                pkm=config.pkm,
-                sigma_moe=config.sigma_moe,
-                switch=config.switch,
-                s_base=config.s_base,
-            )
+            ffn = config.build_block(config.d_model, config.d_ff, config.n_layers)
             return EncoderLayer(
                 config.d_model,
                 config.n_heads,

@@ -19,7 +19,7 @@ and evaluation with a 4x longer memory.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -27,31 +27,21 @@ from torch import nn
 
 from recombine.errors import UserError
 from recombine.models.layers.auxiliary_loss import discard_auxiliary_losses, pop_auxiliary_loss
-from recombine.models.layers.feed_forward import build_feed_forward, check_ffn_kind
-from recombine.models.layers.pkm import PKMConfig
+from recombine.models.layers.feed_forward import FeedForwardChoice
 from recombine.models.layers.relative_attention import RelativeSelfAttention
-from recombine.models.layers.s_base import SBaseConfig
-from recombine.models.layers.sigma_moe import SigmaMoEConfig
-from recombine.models.layers.topk_mlp import TopKMLPConfig
 
 
 @dataclass
-class TransformerLMConfig:
+class TransformerLMConfig(FeedForwardChoice):
     d_model: int = 128
     n_heads: int = 4
     n_layers: int = 4
     d_ff: int = 512
     dropout: float = 0.1
     attention_dropout: float = 0.0
-    ffn: str = "dense"
-    topk: TopKMLPConfig = field(default_factory=TopKMLPConfig)
-    pkm: PKMConfig = field(default_factory=PKMConfig)
-    sigma_moe: SigmaMoEConfig = field(default_factory=SigmaMoEConfig)
-    switch: SigmaMoEConfig = field(default_factory=SigmaMoEConfig.switch)
-    s_base: SBaseConfig = field(default_factory=SBaseConfig)
 
     def __post_init__(self) -> None:
-        check_ffn_kind(self.ffn)
+        super().__post_init__()
         if min(self.d_model, self.n_heads, self.n_layers, self.d_ff) < 1:
             raise UserError("d_model, n_heads, n_layers and d_ff must be >= 1")
         if self.d_model % self.n_heads:
@@ -80,17 +70,7 @@ class PreLNDecoderLayer(nn.Module):
         self.attention_norm = nn.LayerNorm(c.d_model)
         self.attention = RelativeSelfAttention(c.d_model, c.n_heads, c.attention_dropout)
         self.ffn_norm = nn.LayerNorm(c.d_model)
-        block = build_feed_forward(
-            c.ffn,
-            c.d_model,
-            c.d_ff,
-            c.n_layers,
-            topk=c.topk,
-            pkm=c.pkm,
-            sigma_moe=c.sigma_moe,
-            switch=c.switch,
-            s_base=c.s_base,
-        )
+        block = c.build_block(c.d_model, c.d_ff, c.n_layers)
         self.ffn = block if block is not None else DenseFeedForward(c.d_model, c.d_ff, c.n_layers, c.dropout)
         self.dropout = nn.Dropout(c.dropout)
 

@@ -21,6 +21,12 @@ preset                                  attention     shared layers   positions
   ``ped`` ``E ~ N(0, 1/sqrt(d_model))`` (Kaiming), ``s = 1``, ``c = 1/sqrt(d_model)``. Without absolute
   PE (relative attention) only the initialisation and ``s`` remain.
 * The output layer is tied to the decoder embedding (thesis C.2), ``tied_embedding=false`` unties it.
+* ``ffn`` replaces the dense feed-forward block of every encoder and decoder layer by a thesis ch. 7
+  block (``topk``, ``pkm``, ``sigma_moe``, ``switch``, ``s_base``;
+  :mod:`recombine.models.layers.feed_forward`), also in the universal presets; their regularisers reach
+  the loss through :meth:`auxiliary_loss`. S-BASE balances its routing over the whole batch in training,
+  so a decoder position can then depend on later ones through the routing (a property of BASE layers);
+  it is causal in evaluation.
 
 Token conventions (EOS, SOS, teacher forcing) are those of :mod:`recombine.models.seq2seq_interface`.
 """
@@ -35,8 +41,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from recombine.errors import UserError, choices_hint
+from recombine.models.layers.auxiliary_loss import pop_auxiliary_loss
 from recombine.models.layers.decoder_layer import DECODER_ATTENTION_KINDS, DecoderLayer
 from recombine.models.layers.encoder_layer import EncoderLayer
+from recombine.models.layers.feed_forward import FeedForwardChoice
 from recombine.models.layers.kv_cache import KeyValueCache
 from recombine.models.layers.positional import sinusoidal_embedding
 from recombine.models.layers.token_packing import TokenPacking
@@ -49,7 +57,7 @@ DECODE_MARGIN = 10
 
 
 @dataclass
-class TransformerSeq2SeqConfig:
+class TransformerSeq2SeqConfig(FeedForwardChoice):
     d_model: int = 128
     n_heads: int = 8
     d_ff: int = 256
@@ -64,6 +72,7 @@ class TransformerSeq2SeqConfig:
     max_decode_length: int = 0  # 0: the task's longest output + DECODE_MARGIN
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.attention not in DECODER_ATTENTION_KINDS:
             hint = choices_hint(self.attention, DECODER_ATTENTION_KINDS)
             raise UserError(f"unknown model.attention {self.attention!r} for a seq2seq Transformer; {hint}")
@@ -106,11 +115,18 @@ class TransformerSeq2Seq(nn.Module):
                 config.attention,  # "relative": symmetric offsets (thesis C.3)
                 copy_gate=False,
                 attention_dropout=config.attention_dropout,
+                ffn=config.build_block(d, config.d_ff, config.n_encoder_layers),
             )
 
         def decoder_layer() -> DecoderLayer:
             return DecoderLayer(
-                d, config.n_heads, config.d_ff, config.dropout, config.attention, config.attention_dropout
+                d,
+                config.n_heads,
+                config.d_ff,
+                config.dropout,
+                config.attention,
+                config.attention_dropout,
+                ffn=config.build_block(d, config.d_ff, config.n_decoder_layers),
             )
 
         shared = config.shared_layers
@@ -122,6 +138,11 @@ class TransformerSeq2Seq(nn.Module):
         )
         # n_classes + 1 logits: pad (ignored), the task's tokens, EOS; never SOS
         self.output = None if config.tied_embedding else nn.Linear(d, spec.n_classes + 1)
+
+    def auxiliary_loss(self) -> torch.Tensor | None:
+        """The regularisers the ``ffn`` blocks emitted in the last training forward (e.g. gamma * eq.
+        7.20 for sigma-MoE), summed over layer applications; None with dense blocks."""
+        return pop_auxiliary_loss(self)
 
     def _embed(
         self, embedding: nn.Embedding, tokens: torch.Tensor, positions: torch.Tensor | None = None

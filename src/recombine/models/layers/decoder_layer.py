@@ -36,6 +36,7 @@ class DecoderLayer(nn.Module):
         dropout: float,
         attention: str,
         attention_dropout: float = 0.0,
+        ffn: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if attention not in DECODER_ATTENTION_KINDS:
@@ -49,7 +50,11 @@ class DecoderLayer(nn.Module):
         self.self_attention_norm = nn.LayerNorm(d_model)
         self.cross_attention = SoftmaxSelfAttention(d_model, n_heads, attention_dropout)
         self.cross_attention_norm = nn.LayerNorm(d_model)
-        self.ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+        self.ffn = (  # the dense MLP, or a thesis ch. 7 block (recombine.models.layers.feed_forward)
+            ffn
+            if ffn is not None
+            else nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+        )
         self.ffn_norm = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
 

@@ -16,11 +16,13 @@ kind            block                                                 thesis
 The approximations are sized from ``d_ff`` (MoE: ``N_E * G = d_ff``; PKM: parameter-matched sub-keys),
 so switching ``ffn`` keeps the model's parameter count close to the dense one. Each kind has its own
 config (``model.topk.*``, ``model.pkm.*``, ``model.sigma_moe.*``, ``model.switch.*``,
-``model.s_base.*``); a model config without an ``s_base`` field gets the default
-:class:`~recombine.models.layers.s_base.SBaseConfig`.
+``model.s_base.*``). A Transformer config gets ``ffn`` and these fields by deriving from
+:class:`FeedForwardChoice`, and builds its blocks with :meth:`FeedForwardChoice.build_block`.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from recombine.errors import UserError, choices_hint
 from recombine.models.layers.pkm import PKMConfig, ProductKeyMemory
@@ -36,6 +38,36 @@ FeedForward = TopKMLP | ProductKeyMemory | SigmaMoE
 def check_ffn_kind(kind: str) -> None:
     if kind not in FFN_KINDS:
         raise UserError(f"unknown model.ffn {kind!r}; {choices_hint(kind, FFN_KINDS)}")
+
+
+@dataclass
+class FeedForwardChoice:
+    """The fields every Transformer config shares for its feed-forward blocks: which kind, and the
+    config of each kind (only the chosen one is used)."""
+
+    ffn: str = "dense"
+    topk: TopKMLPConfig = field(default_factory=TopKMLPConfig)
+    pkm: PKMConfig = field(default_factory=PKMConfig)
+    sigma_moe: SigmaMoEConfig = field(default_factory=SigmaMoEConfig)
+    switch: SigmaMoEConfig = field(default_factory=SigmaMoEConfig.switch)
+    s_base: SBaseConfig = field(default_factory=SBaseConfig)
+
+    def __post_init__(self) -> None:
+        check_ffn_kind(self.ffn)
+
+    def build_block(self, d_model: int, d_ff: int, n_layers: int) -> FeedForward | None:
+        """The block of the chosen kind (None for ``dense``: the layer's own dense MLP)."""
+        return build_feed_forward(
+            self.ffn,
+            d_model,
+            d_ff,
+            n_layers,
+            topk=self.topk,
+            pkm=self.pkm,
+            sigma_moe=self.sigma_moe,
+            switch=self.switch,
+            s_base=self.s_base,
+        )
 
 
 def build_feed_forward(
