@@ -210,7 +210,7 @@ def evaluate(model: DNC, batch: MemoryTaskBatch, loss_on: str = "output_steps") 
     return BatchMetrics(float(batch_loss(logits, batch, loss_on)), bit_error, sequence_accuracy)
 
 
-def _optimizer(model: nn.Module, config: MemoryTrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, config: MemoryTrainConfig) -> torch.optim.Optimizer:
     weights = [p for n, p in model.named_parameters() if not n.endswith("bias")]
     biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
     groups = [{"params": weights}, {"params": biases, "weight_decay": 0.0}]
@@ -229,7 +229,7 @@ def train_memory_task(
         torch.set_num_threads(train.threads)
     torch.manual_seed(train.seed)
     model = build_sequence_dnc(task, model_config)
-    optimizer = _optimizer(model, train)
+    optimizer = make_optimizer(model, train)
     train_rng = np.random.default_rng([train.seed, 0])
     eval_batch = sample_batch(task, train.eval_size, np.random.default_rng([train.seed, 1]))
     eval_steps: list[int] = []
