@@ -49,9 +49,10 @@ def tiny_recipe(variants: list[dict[str, Any]], seeds: int = 1) -> dict[str, Any
     }
 
 
-def test_recipe_file_is_the_named_reproduction() -> None:
-    reproduction = load_sweep_recipe(RECIPES / "ndr-ctl.yaml")
-    assert reproduction == REPRODUCTIONS["ndr-ctl"]
+@pytest.mark.parametrize("name", ["ndr-ctl", "dnc-ctl"])
+def test_recipe_file_is_the_named_reproduction(name: str) -> None:
+    reproduction = load_sweep_recipe(RECIPES / f"{name}.yaml")
+    assert reproduction == REPRODUCTIONS[name]
     assert reproduction_from_recipe(reproduction.to_recipe()) == reproduction
 
 

@@ -7,6 +7,7 @@ own training loop (:class:`ScriptedReproduction`, e.g. ``smfr-algo``).
 from __future__ import annotations
 
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.dnc_ctl import DNC_CTL
 from recombine.experiments.dnc_memory import DNC_ASSOC_RECALL, DNC_REPEAT_COPY
 from recombine.experiments.gdrc_images import GDRCImagesConfig, run_gdrc_images
 from recombine.experiments.gdrc_scan import GDRC_SCAN
@@ -112,7 +113,9 @@ SCRIPTED = [
     DNC_ASSOC_RECALL,
 ]
 
-REPRODUCTIONS: dict[str, Reproduction | ScriptedReproduction] = {r.name: r for r in [NDR_CTL, *SCRIPTED]}
+REPRODUCTIONS: dict[str, Reproduction | ScriptedReproduction] = {
+    r.name: r for r in [NDR_CTL, DNC_CTL, *SCRIPTED]
+}
 
 
 def get(name: str) -> Reproduction | ScriptedReproduction:
