@@ -16,6 +16,7 @@ OOD 1.0 within 1,500 steps, with cross-entropy it had not fit the training data 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.progress import trial_done
 from recombine.models.layers.saturation_regularizer import SATURATION_THRESHOLD, saturation_loss
 from recombine.models.smfr import BLOCK_MODELS, BlockShape, build_block_model
 from recombine.tasks.block_digits import BLOCK_SIZE, BlockDigitExamples
@@ -129,13 +131,21 @@ def train_every_trial(
     seeds: Sequence[int],
     train: Callable[[BlockArchitecture, int], TrialT],
     on_trial: Callable[[TrialT], None] | None = None,
+    headline: Callable[[TrialT], str] | None = None,
 ) -> list[TrialT]:
-    """``train(architecture, seed)`` for every architecture x seed, in that order (one trial at a time)."""
+    """``train(architecture, seed)`` for every architecture x seed, in that order (one trial at a time).
+
+    Prints one progress line per finished trial to stderr, ending with ``headline(trial)`` if given."""
     trials: list[TrialT] = []
+    total = len(architectures) * len(seeds)
     for architecture in architectures:
         for seed in seeds:
+            started = time.perf_counter()
             trial = train(architecture, seed)
             trials.append(trial)
+            seconds = time.perf_counter() - started
+            tail = headline(trial) if headline is not None else ""
+            trial_done(len(trials), total, f"{architecture.label} seed {seed}", seconds, tail)
             if on_trial is not None:
                 on_trial(trial)
     return trials

@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +53,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.progress import training_bar, trial_done
 from recombine.experiments.scripted_reproduction import ScriptedReproduction
 from recombine.models.dnc import DNC
 from recombine.models.layers.dnc_memory import DNCMemoryConfig
@@ -243,18 +245,20 @@ def train_memory_task(
     record(0)
     train_loss = np.zeros(train.steps)
     model.train()
-    for step in range(train.steps):
-        batch = sample_batch(train.curriculum.config_at(task, step), train.batch_size, train_rng)
-        logits, _ = model(model_inputs(batch.inputs))
-        loss = batch_loss(logits, batch, train.loss_on)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if train.grad_clip > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
-        optimizer.step()
-        train_loss[step] = loss.item()
-        if (step + 1) % train.eval_every == 0 or step + 1 == train.steps:
-            record(step + 1)
+    with training_bar(train.steps, f"{model_config.variant} seed {train.seed}") as bar:
+        for step in range(train.steps):
+            batch = sample_batch(train.curriculum.config_at(task, step), train.batch_size, train_rng)
+            logits, _ = model(model_inputs(batch.inputs))
+            loss = batch_loss(logits, batch, train.loss_on)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if train.grad_clip > 0:
+                nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
+            optimizer.step()
+            train_loss[step] = loss.item()
+            if (step + 1) % train.eval_every == 0 or step + 1 == train.steps:
+                record(step + 1)
+            bar.update()
     model.eval()
     return MemoryTrainResult(
         model=model,
@@ -292,6 +296,31 @@ def small_repeated_copy() -> RepeatedCopyConfig:
 def small_dnc(variant: str) -> DNCSequenceConfig:
     """A.2's copy-task DNC with the memory shrunk to 6 cells, below the task's total length."""
     return DNCSequenceConfig(variant=variant, d_controller=32, n_cells=6, cell_width=16, n_read_heads=1)
+
+
+def train_variants(
+    task: MemoryTaskConfig,
+    model: DNCSequenceConfig,
+    train: MemoryTrainConfig,
+    variants: Sequence[str],
+    seeds: Sequence[int],
+) -> dict[str, list[MemoryTrainResult]]:
+    """Train every variant with every seed, variant by variant; one progress line per finished run."""
+    results: dict[str, list[MemoryTrainResult]] = {}
+    total, done = len(variants) * len(seeds), 0
+    for variant in variants:
+        results[variant] = []
+        for seed in seeds:
+            started = time.perf_counter()
+            result = train_memory_task(
+                task, dataclasses.replace(model, variant=variant), dataclasses.replace(train, seed=seed)
+            )
+            results[variant].append(result)
+            done += 1
+            seconds = time.perf_counter() - started
+            headline = f"final eval loss {result.eval_loss[-1]:.3g}"
+            trial_done(done, total, f"{variant} seed {seed}", seconds, headline, steps=train.steps)
+    return results
 
 
 @dataclass
@@ -335,15 +364,7 @@ def compare_on_repeated_copy(
     for variant in variants:
         if variant not in VARIANTS:
             raise UserError(f"unknown DNC variant {variant!r}; {choices_hint(variant, VARIANTS)}")
-    results = {
-        v: [
-            train_memory_task(
-                task, dataclasses.replace(base_model, variant=v), dataclasses.replace(train, seed=s)
-            )
-            for s in seeds
-        ]
-        for v in variants
-    }
+    results = train_variants(task, base_model, train, variants, seeds)
     comparison = VariantComparison(results, None, {}, None)
     if out_dir is None:
         return comparison
@@ -567,13 +588,7 @@ def _run_reproduction(
     out.mkdir(parents=True, exist_ok=True)
     task = config.task()
     model, train = _model_and_train(config)
-    results = {
-        v: [
-            train_memory_task(task, dataclasses.replace(model, variant=v), dataclasses.replace(train, seed=s))
-            for s in config.seeds
-        ]
-        for v in config.variants
-    }
+    results = train_variants(task, model, train, config.variants, config.seeds)
     comparison = VariantComparison(results, None, {}, None)
     stem = task_name.replace(" ", "_")
     comparison.loss_curve_figure = save_loss_curves(results, out / f"{stem}_loss.png", smooth=config.smooth)

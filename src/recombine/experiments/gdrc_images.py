@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.progress import training_bar, trial_done
 from recombine.models.pair_image_cnn import PairImageCNN
 from recombine.tasks.digit_pairs import N_CLASSES, PAIR_SETTINGS, DigitPairsConfig, build_digit_pairs
 
@@ -163,16 +164,18 @@ def train_pair_classifier(config: GDRCImagesConfig, setting: str, seed: int) -> 
             accuracy[split].append(float((predict(model, x) == y).mean()))
 
     order = np.empty(0, dtype=np.int64)
-    for step in range(config.steps):
-        if step % config.eval_every == 0:
-            evaluate(step)
-        if len(order) < config.batch_size:
-            order = np.concatenate([order, order_rng.permutation(len(train))])
-        batch, order = torch.as_tensor(order[: config.batch_size]), order[config.batch_size :]
-        loss = classification_loss(config.loss, model(images[batch]), labels[batch])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    with training_bar(config.steps, f"setting {setting} seed {seed}") as bar:
+        for step in range(config.steps):
+            if step % config.eval_every == 0:
+                evaluate(step)
+            if len(order) < config.batch_size:
+                order = np.concatenate([order, order_rng.permutation(len(train))])
+            batch, order = torch.as_tensor(order[: config.batch_size]), order[config.batch_size :]
+            loss = classification_loss(config.loss, model(images[batch]), labels[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            bar.update()
     evaluate(config.steps)
 
     test_images = np.concatenate([data.splits["test_iid"].images, data.splits["test_ood"].images])
@@ -232,9 +235,15 @@ def run_gdrc_images(out_dir: str | Path, config: GDRCImagesConfig | None = None)
     config = config or GDRCImagesConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = [
-        train_pair_classifier(config, setting, seed) for setting in config.settings for seed in config.seeds
-    ]
+    runs: list[PairRun] = []
+    total = len(config.settings) * len(config.seeds)
+    for setting in config.settings:
+        for seed in config.seeds:
+            started = time.perf_counter()
+            runs.append(train_pair_classifier(config, setting, seed))
+            headline = f"final test_ood accuracy {runs[-1].final['test_ood']:.3f}"
+            seconds = time.perf_counter() - started
+            trial_done(len(runs), total, f"setting {setting} seed {seed}", seconds, headline, config.steps)
     summary = summarize(runs, config.steps)
     results_path = out / "results.json"
     results_path.write_text(

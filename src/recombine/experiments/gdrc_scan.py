@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.progress import training_bar, trial_done
 from recombine.experiments.scripted_reproduction import ScriptedReproduction
 from recombine.models.lstm_seq2seq import LSTMSeq2Seq, LSTMSeq2SeqConfig
 from recombine.tasks.base import TaskData, Vocabulary
@@ -244,18 +245,20 @@ def train_scan_setting(config: GDRCScanConfig, setting: str, seed: int) -> ScanR
             value = objective.evaluate(model, prepared, 500)["accuracy"] if len(prepared) else float("nan")
             accuracy[split].append(float(value))
 
-    for step in range(config.steps):
-        if step % config.eval_every == 0:
-            evaluate(step)
-        loss, n_correct, n = objective.loss(
-            model, objective.batch(train, config.batch_size, generator, False)
-        )
-        batch_accuracy.append(n_correct / n)
-        batch_loss.append(float(loss.item()))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
+    with training_bar(config.steps, f"setting {setting} seed {seed}") as bar:
+        for step in range(config.steps):
+            if step % config.eval_every == 0:
+                evaluate(step)
+            loss, n_correct, n = objective.loss(
+                model, objective.batch(train, config.batch_size, generator, False)
+            )
+            batch_accuracy.append(n_correct / n)
+            batch_loss.append(float(loss.item()))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            bar.update()
     evaluate(config.steps)
     return ScanRun(
         setting=setting,
@@ -325,7 +328,15 @@ def run_gdrc_scan(out_dir: str | Path, config: GDRCScanConfig | None = None) -> 
     config = config or GDRCScanConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = [train_scan_setting(config, setting, seed) for seed in config.seeds for setting in config.settings]
+    runs: list[ScanRun] = []
+    total = len(config.seeds) * len(config.settings)
+    for seed in config.seeds:
+        for setting in config.settings:
+            started = time.perf_counter()
+            runs.append(train_scan_setting(config, setting, seed))
+            headline = f"final test accuracy {runs[-1].final['test']:.3f}"
+            seconds = time.perf_counter() - started
+            trial_done(len(runs), total, f"setting {setting} seed {seed}", seconds, headline, config.steps)
     summary = summarize(runs, config)
     results_path = out / "results.json"
     results_path.write_text(

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from recombine.errors import UserError
+from recombine.experiments.progress import training_bar, trial_done
 from recombine.tasks.gdrc_toy import GDRCToyConfig, GDRCToyData, build_gdrc_toy
 
 
@@ -115,18 +116,20 @@ def train_toy(config: GDRCToyRunConfig, seed: int, data: GDRCToyData | None = No
     snapshots = config.snapshots
     probabilities: list[np.ndarray] = []
     order = np.empty(0, dtype=np.int64)
-    for step in range(config.steps + 1):
-        if step in snapshots:
-            probabilities.append(positive_probability(model, grid).reshape(len(ticks), len(ticks)))
-        if step == config.steps:
-            break
-        if len(order) < config.batch_size:
-            order = np.concatenate([order, order_rng.permutation(len(x))])
-        batch, order = torch.as_tensor(order[: config.batch_size]), order[config.batch_size :]
-        loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    with training_bar(config.steps, f"seed {seed}") as bar:
+        for step in range(config.steps + 1):
+            if step in snapshots:
+                probabilities.append(positive_probability(model, grid).reshape(len(ticks), len(ticks)))
+            if step == config.steps:
+                break
+            if len(order) < config.batch_size:
+                order = np.concatenate([order, order_rng.permutation(len(x))])
+            batch, order = torch.as_tensor(order[: config.batch_size]), order[config.batch_size :]
+            loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            bar.update()
     grid_probability = np.stack(probabilities)
     return ToyRun(
         seed=seed,
@@ -161,7 +164,13 @@ def run_gdrc_toy(out_dir: str | Path, config: GDRCToyRunConfig | None = None) ->
     config = config or GDRCToyRunConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = [train_toy(config, seed) for seed in config.seeds]
+    runs: list[ToyRun] = []
+    for seed in config.seeds:
+        started = time.perf_counter()
+        runs.append(train_toy(config, seed))
+        headline = f"test accuracy on (1, 1) {runs[-1].test_accuracy:.3f}"
+        seconds = time.perf_counter() - started
+        trial_done(len(runs), len(config.seeds), f"seed {seed}", seconds, headline, config.steps)
     summary = {
         "train_accuracy": _mean_std([r.train_accuracy for r in runs]),
         "test_accuracy": _mean_std([r.test_accuracy for r in runs]),

@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.progress import training_bar, trial_done
 from recombine.models.layers.pkm import PKMConfig
 from recombine.models.layers.s_base import SBaseConfig
 from recombine.models.layers.sigma_moe import SigmaMoEConfig, parameter_matched_dense_width
@@ -262,18 +263,27 @@ def train_variant(
     train = data.splits["train"]
     curve: list[dict[str, float]] = []
     elapsed, recent = 0.0, []
-    for step in range(1, config.steps + 1):
-        x, y = (torch.from_numpy(a) for a in random_windows(train, config.batch_size, config.context, rng))
-        started = time.perf_counter()
-        recent.append(_training_step(model, optimizer, x, y, config.grad_clip))
-        schedule.step()
-        elapsed += time.perf_counter() - started
-        if step % config.eval_every == 0 or step == config.steps:
-            valid = evaluate_bpc(model, data.splits["valid"], config.context)
-            curve.append(
-                {"step": step, "train_bits": float(np.mean(recent)), "valid_bits": valid, "seconds": elapsed}
+    with training_bar(config.steps, f"{variant} seed {seed}") as bar:
+        for step in range(1, config.steps + 1):
+            x, y = (
+                torch.from_numpy(a) for a in random_windows(train, config.batch_size, config.context, rng)
             )
-            recent = []
+            started = time.perf_counter()
+            recent.append(_training_step(model, optimizer, x, y, config.grad_clip))
+            schedule.step()
+            elapsed += time.perf_counter() - started
+            if step % config.eval_every == 0 or step == config.steps:
+                valid = evaluate_bpc(model, data.splits["valid"], config.context)
+                curve.append(
+                    {
+                        "step": step,
+                        "train_bits": float(np.mean(recent)),
+                        "valid_bits": valid,
+                        "seconds": elapsed,
+                    }
+                )
+                recent = []
+            bar.update()
     dense_width = parameter_matched_dense_width(config.d_model, config.n_experts, config.expert_size)
     result = VariantResult(
         variant=variant,
@@ -408,10 +418,15 @@ def run_moe_lm(out_dir: str | Path, config: MoELMRunConfig | None = None) -> MoE
     models: dict[str, TransformerLM] = {}
     runs: list[VariantResult] = []
     utilization: dict[str, dict[str, ExpertUtilization]] = {}
+    total = sum(len(config.variant_seeds(variant)) for variant in config.variants)
     for variant in config.variants:
         for seed in config.variant_seeds(variant):
+            started = time.perf_counter()
             model, run, per_layer = train_variant(config, variant, data, seed)
             runs.append(run)
+            headline = f"valid {metric_name(subword)} {bits_to_metric(run.valid_bits, subword):.3f}"
+            seconds = time.perf_counter() - started
+            trial_done(len(runs), total, f"{variant} seed {seed}", seconds, headline, steps=config.steps)
             if variant not in models:  # the first seed's model is timed and its utilisation plotted
                 models[variant] = model
                 if per_layer:

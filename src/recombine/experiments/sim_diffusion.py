@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from recombine.errors import UserError
+from recombine.experiments.progress import training_bar, trial_done
 from recombine.experiments.scripted_reproduction import ScriptedReproduction
 from recombine.models.concept_diffusion import (
     ConceptDenoiser,
@@ -164,30 +165,36 @@ def run_sim_diffusion_seed(config: SIMDiffusionRunConfig, seed: int) -> SIMDiffu
     recorded = checkpoint_steps(config.steps, config.n_checkpoints)
     train_loss, outputs, accuracy, kept = [], [], [], []
     start = time.perf_counter()
-    for step in range(config.steps + 1):
-        if step in recorded:
-            train_loss.append(_recorded_loss(model, x0, concepts, fixed_loss, config.loss_repeats))
-            images = sample(model, probe_concepts, torch.Generator().manual_seed(seed + 1), config.guidance)
-            images = ((images + 1) / 2).clamp(0, 1).numpy()
-            readout = concept_probabilities(classifier, images).reshape(len(targets), -1, targets.shape[1])
-            outputs.append(readout.mean(1))
-            accuracy.append(
-                [
-                    concept_accuracy(readout[j], np.broadcast_to(data.probe_masks[j], readout[j].shape))
-                    for j in range(len(targets))
-                ]
-            )
-            kept.append(
-                images.reshape(len(targets), config.samples_per_combination, *images.shape[1:])[:, :4]
-            )
-        if step == config.steps:
-            break
-        loss = denoising_loss(model, x0, concepts, generator)
-        if not torch.isfinite(loss):
-            raise UserError(f"diffusion training diverged at step {step}; lower lr={config.lr}")
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    with training_bar(config.steps, f"diffusion seed {seed}") as bar:
+        for step in range(config.steps + 1):
+            if step in recorded:
+                train_loss.append(_recorded_loss(model, x0, concepts, fixed_loss, config.loss_repeats))
+                images = sample(
+                    model, probe_concepts, torch.Generator().manual_seed(seed + 1), config.guidance
+                )
+                images = ((images + 1) / 2).clamp(0, 1).numpy()
+                readout = concept_probabilities(classifier, images).reshape(
+                    len(targets), -1, targets.shape[1]
+                )
+                outputs.append(readout.mean(1))
+                accuracy.append(
+                    [
+                        concept_accuracy(readout[j], np.broadcast_to(data.probe_masks[j], readout[j].shape))
+                        for j in range(len(targets))
+                    ]
+                )
+                kept.append(
+                    images.reshape(len(targets), config.samples_per_combination, *images.shape[1:])[:, :4]
+                )
+            if step == config.steps:
+                break
+            loss = denoising_loss(model, x0, concepts, generator)
+            if not torch.isfinite(loss):
+                raise UserError(f"diffusion training diverged at step {step}; lower lr={config.lr}")
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            bar.update()
     probe_outputs = np.stack(outputs)
     trace = DynamicsTrace(
         steps=recorded,
@@ -233,7 +240,13 @@ def run_sim_diffusion(out_dir: str | Path, config: SIMDiffusionRunConfig | None 
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     try:
-        seeds = [run_sim_diffusion_seed(config, seed) for seed in config.seeds]
+        seeds: list[SIMDiffusionSeedResult] = []
+        for seed in config.seeds:
+            started = time.perf_counter()
+            seeds.append(run_sim_diffusion_seed(config, seed))
+            headline = f"final train loss {seeds[-1].trace.train_loss[-1]:.4f}"
+            seconds = time.perf_counter() - started
+            trial_done(len(seeds), len(config.seeds), f"seed {seed}", seconds, headline, config.steps)
     finally:
         torch.set_num_threads(previous_threads)
     names = seeds[0].trace.probe_names

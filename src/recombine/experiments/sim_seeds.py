@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,7 @@ import numpy as np
 import torch
 
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.progress import trial_done
 from recombine.experiments.scripted_reproduction import ScriptedReproduction
 from recombine.experiments.sim_linear import SIMSetting, default_settings
 from recombine.models.dynamics_models import build_dynamics_model
@@ -216,13 +218,18 @@ def run_sim_seeds(out_dir: str | Path, config: SIMSeedsConfig | None = None) -> 
     torch.set_num_threads(config.threads)
     runs: list[SIMSeedRun] = []
     figures: list[Path] = []
+    total = len(config.settings) * len(config.seeds)
     for name in config.settings:
         setting = config.setting(name)
         traces: list[tuple[SIMData, DynamicsTrace]] = []
         for seed in config.seeds:
+            started = time.perf_counter()
             data, trace, flow = train_setting(setting, seed)
             runs.append(measure(config, setting, seed, data, trace, flow))
             traces.append((data, trace))
+            headline = f"final test-probe loss {runs[-1].final_probe_loss:.3g}"
+            seconds = time.perf_counter() - started
+            trial_done(len(runs), total, f"{name} seed {seed}", seconds, headline, setting.train.steps)
             if seed == config.seeds[0]:
                 figures.append(_first_seed_figure(setting, seed, data, trace, out, config.fraction))
                 if flow is not None:

@@ -35,6 +35,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.progress import training_bar, trial_done
 from recombine.models.layers.saturation_regularizer import SATURATION_THRESHOLD, saturation_loss
 from recombine.models.smfr import BLOCK_MODELS, BlockShape, build_block_model, count_parameters
 from recombine.runs.aggregate import SeedSummary
@@ -166,22 +167,24 @@ def train_algo(config: SMFRAlgoConfig) -> AlgoResult:
 
     history: list[dict[str, Any]] = []
     best: tuple[float, int, dict[int, float]] | None = None
-    for step in range(1, config.steps + 1):
-        index = torch.randint(len(train), (config.batch_size,), generator=batches).numpy()
-        initial, indicators, target = _tensors(train, data.block_size, index)
-        final, logits = iterate(model, initial, indicators, permutation)
-        task_loss = _loss(final, target, config.loss)
-        loss = task_loss + config.saturation_weight * saturation_loss(logits, config.saturation_threshold)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        if step % config.eval_every == 0 or step == config.steps:
-            accuracy = evaluate(model, data, permutation)
-            history.append({"step": step, "loss": float(task_loss.detach()), "accuracy": accuracy})
-            score = accuracy[selection] if selection is not None else accuracy[max(accuracy)]
-            if best is None or score >= best[0]:
-                best = (score, step, copy.deepcopy(accuracy))
+    with training_bar(config.steps, f"{config.model} seed {config.seed}") as bar:
+        for step in range(1, config.steps + 1):
+            index = torch.randint(len(train), (config.batch_size,), generator=batches).numpy()
+            initial, indicators, target = _tensors(train, data.block_size, index)
+            final, logits = iterate(model, initial, indicators, permutation)
+            task_loss = _loss(final, target, config.loss)
+            loss = task_loss + config.saturation_weight * saturation_loss(logits, config.saturation_threshold)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimizer.step()
+            if step % config.eval_every == 0 or step == config.steps:
+                accuracy = evaluate(model, data, permutation)
+                history.append({"step": step, "loss": float(task_loss.detach()), "accuracy": accuracy})
+                score = accuracy[selection] if selection is not None else accuracy[max(accuracy)]
+                if best is None or score >= best[0]:
+                    best = (score, step, copy.deepcopy(accuracy))
+            bar.update()
     assert best is not None
     _, best_step, best_accuracy = best
     return AlgoResult(
@@ -276,13 +279,18 @@ def run_algo_seeds(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     trials: list[AlgoTrial] = []
+    total = len(config.architectures) * len(config.seeds)
     for architecture in config.architectures:
         for seed in config.seeds:
             run = replace(
                 config.base, model=architecture.model, model_config=dict(architecture.model_config), seed=seed
             )
+            started = time.perf_counter()
             trial = AlgoTrial(architecture.label, architecture.model, seed, train_algo(run))
             trials.append(trial)
+            seconds = time.perf_counter() - started
+            headline = f"OOD_odd {trial.result.ood_odd:.3f}"
+            trial_done(len(trials), total, f"{architecture.label} seed {seed}", seconds, headline, run.steps)
             if on_trial is not None:
                 on_trial(trial)
     summary = summarise_algo_trials(trials, config.success_threshold)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -200,6 +201,8 @@ def train_fnn(
     config: DoubleAddAnalysisConfig, train: DoubleAdditionSplit, seed: int
 ) -> tuple[FeedForwardNetwork, list[float]]:
     """The FNN on the full task: every step both passes of ``batch_size`` examples (thesis 3.2.2)."""
+    from recombine.experiments.progress import training_bar  # not at the top: the package imports us
+
     torch.manual_seed(seed)
     n_digits = config.task.n_digits
     model = FeedForwardNetwork(train.inputs.shape[1], 2 * 10 * n_digits, config.model).to(config.device)
@@ -209,18 +212,20 @@ def train_fnn(
     generator = torch.Generator().manual_seed(seed)
     losses = []
     model.train()
-    for _ in range(config.train_steps):
-        index = torch.randint(len(train), (config.batch_size,), generator=generator).to(config.device)
-        inputs = torch.cat([tensors[p][0][index] for p in (0, 1)])
-        digits = torch.cat([tensors[p][1][index] for p in (0, 1)])
-        pair = torch.cat([tensors[p][2][index] for p in (0, 1)])
-        loss = pair_loss(model(inputs), (digits, pair))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        losses.append(float(loss.detach()))
+    with training_bar(config.train_steps, f"FNN seed {seed}") as bar:
+        for _ in range(config.train_steps):
+            index = torch.randint(len(train), (config.batch_size,), generator=generator).to(config.device)
+            inputs = torch.cat([tensors[p][0][index] for p in (0, 1)])
+            digits = torch.cat([tensors[p][1][index] for p in (0, 1)])
+            pair = torch.cat([tensors[p][2][index] for p in (0, 1)])
+            loss = pair_loss(model(inputs), (digits, pair))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimizer.step()
+            losses.append(float(loss.detach()))
+            bar.update()
     return model.eval(), losses
 
 
@@ -393,11 +398,19 @@ def run_double_add_reproduction(
     config: DoubleAddAnalysisConfig, seeds: Sequence[int], out: str | Path
 ) -> dict[str, object]:
     """The analysis for every seed; writes ``report.md``, ``results.json``, ``sharing.png`` to ``out``."""
+    from recombine.experiments.progress import trial_done  # not at the top: the package imports us
+
     if not seeds:
         raise UserError("give at least one seed")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    per_seed = {seed: run_double_add_analysis(config, seed).summary() for seed in seeds}
+    per_seed: dict[int, dict[str, object]] = {}
+    for index, seed in enumerate(seeds, 1):
+        started = time.perf_counter()
+        per_seed[seed] = summary = run_double_add_analysis(config, seed).summary()
+        kept = summary["accuracy"]["~pair1"]["pair2"]  # type: ignore[index]
+        seconds = time.perf_counter() - started
+        trial_done(index, len(seeds), f"seed {seed}", seconds, f"pair 2 under ~pair1 {kept:.3f}")
     aggregated = aggregate(list(per_seed.values()))
     results = {
         "config": asdict(config),

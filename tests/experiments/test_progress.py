@@ -1,0 +1,113 @@
+"""Progress output of the scripted reproductions: one ``[k/N]`` line per finished trial on stderr, and a
+step bar that shows only on a terminal."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recombine.experiments import REPRODUCTIONS
+from recombine.experiments.progress import training_bar, trial_done
+from recombine.experiments.scripted_reproduction import ScriptedReproduction, run_scripted
+
+TRIAL_LINE = re.compile(r"^\[(\d+)/(\d+)\] (.+?): (.*)$")
+
+# (name, overrides on top of --quick with --seeds 2, number of trials); each runs in about a second
+TINY_RUNS = [
+    (
+        "dnc-repeat-copy",
+        {
+            "steps": 3,
+            "eval_every": 3,
+            "eval_size": 4,
+            "batch_size": 4,
+            "smooth": 2,
+            "d_controller": 8,
+            "cell_width": 4,
+            "variants": ["dnc", "dnc_ds"],
+        },
+        4,  # 2 variants x 2 seeds
+    ),
+    ("gdrc-toy", {"steps": 8, "snapshot_steps": [0, 8], "grid_size": 5}, 2),
+    (
+        "masks-double-add",
+        {"analysis": {"train_steps": 5, "mask": {"steps": 5}, "task": {"n_train": 200, "n_test": 50}}},
+        2,
+    ),
+    ("smfr-double-add", {"steps": 4, "eval_every": 2}, 12),  # the 6 --quick architectures x 2 seeds
+]
+
+
+def trial_lines(stderr: str) -> list[re.Match[str]]:
+    return [match for line in stderr.splitlines() if (match := TRIAL_LINE.match(line))]
+
+
+@pytest.mark.parametrize(("name", "overrides", "n_trials"), TINY_RUNS, ids=[run[0] for run in TINY_RUNS])
+def test_a_scripted_reproduction_prints_one_line_per_trial(
+    name: str, overrides: dict[str, Any], n_trials: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reproduction = REPRODUCTIONS[name]
+    assert isinstance(reproduction, ScriptedReproduction)
+    run_scripted(reproduction, tmp_path, seeds=2, quick=True, overrides=overrides)
+    captured = capsys.readouterr()
+    lines = trial_lines(captured.err)
+    assert len(lines) == n_trials
+    assert [int(m[1]) for m in lines] == list(range(1, n_trials + 1))
+    assert {int(m[2]) for m in lines} == {n_trials}
+    names = [m[3] for m in lines]
+    assert len(set(names)) == n_trials and all(re.search(r"seed [01]$", n) for n in names)
+    assert all(re.search(r"\d s\b", m[4]) for m in lines)  # the wall time
+    assert "\r" not in captured.err  # stderr is not a terminal: no step bar
+    assert not trial_lines(captured.out)  # progress goes to stderr only
+
+
+def test_the_trial_line_format(capsys: pytest.CaptureFixture[str]) -> None:
+    line = trial_done(3, 6, "dnc_ds seed 1", 203.4, "final eval loss 0.12", steps=2000)
+    assert line == "[3/6] dnc_ds seed 1: 2000 steps, 203 s, final eval loss 0.12"
+    assert trial_done(1, 2, "seed 0", 1.26) == "[1/2] seed 0: 1.3 s"
+    assert capsys.readouterr().err.splitlines() == [line, "[1/2] seed 0: 1.3 s"]
+
+
+def test_the_bar_is_hidden_when_stderr_is_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    with training_bar(5, "demo seed 0") as bar:
+        for _ in range(5):
+            bar.update()
+    assert bar.disable
+    assert capsys.readouterr() == ("", "")
+
+
+def test_the_bar_shows_on_a_terminal() -> None:
+    """A real pseudo-terminal (80 columns) as the child's stderr: the bar is drawn, then cleared."""
+    termios = pytest.importorskip("termios")
+    import fcntl
+    import struct
+
+    code = (
+        "from recombine.experiments.progress import training_bar\n"
+        "with training_bar(3, 'demo seed 0') as bar:\n"
+        "    for _ in range(3):\n"
+        "        bar.update()\n"
+    )
+    parent, child = os.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    process = subprocess.Popen([sys.executable, "-c", code], stderr=child, stdout=subprocess.DEVNULL)
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            data = os.read(parent, 4096)
+        except OSError:  # Linux: EIO once the child has closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(parent)
+    assert process.wait(timeout=60) == 0
+    shown = b"".join(chunks).decode()
+    assert "\rdemo seed 0:" in shown and "0/3" in shown
