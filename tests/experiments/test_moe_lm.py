@@ -114,3 +114,10 @@ def test_rows_report_mean_and_sample_std_over_seeds_and_perplexity_for_subwords(
     report = render_report(MoELMResult(config, [dense, pkm], runs, corpus, "bpc"), {}, [])
     assert "| dense | 3 |" in report and "2.500 ± 0.500" in report
     assert "| pkm | 1 |" in report and "| 4.000 |" in report
+    assert "paper E8 bpc |" in report and "| 1.08 |" in report
+    subword_rows = summarize_rows(runs, subword=True)
+    for row in subword_rows:
+        row.speed = speed
+    subword_corpus = {**corpus, "tokenizer": "sentencepiece"}
+    subword = render_report(MoELMResult(config, subword_rows, runs, subword_corpus, "perplexity"), {}, [])
+    assert "paper WT103 ppl |" in subword and "| 11.81 |" in subword and "1.08" not in subword
