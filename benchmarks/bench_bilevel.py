@@ -9,10 +9,8 @@ wall time per step after warm-up). Usage:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import platform
-import statistics
-import time
 
 import numpy as np
 import torch
@@ -20,6 +18,7 @@ import torch
 from recombine.models.meta_learners import build_meta_learner
 from recombine.tasks.hyperteacher import HyperteacherConfig, HyperteacherTask
 from recombine.train.bilevel import BilevelConfig, meta_loss
+from timing import environment, median_times, write_json
 
 #: (learner, learner config, inner steps, inner lr): CPU-scale versions of HNET C.2.4
 CASES = [
@@ -34,16 +33,16 @@ def step_time(name: str, kwargs: dict, config: BilevelConfig, batches: list, rep
     torch.manual_seed(0)
     model = build_meta_learner(name, 16, 8, **kwargs)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    times = []
-    for i in range(repeats + 1):
-        start = time.perf_counter()
+    cycle = itertools.cycle(batches)
+
+    def step() -> None:
         optimizer.zero_grad()
-        loss, _, _ = meta_loss(model, batches[i % len(batches)], config)
+        loss, _, _ = meta_loss(model, next(cycle), config)
         loss.backward()
         optimizer.step()
-        if i:  # the first step is warm-up
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+
+    wall, _ = median_times(step, repeats)  # after one warm-up step
+    return wall
 
 
 def main() -> None:
@@ -72,13 +71,10 @@ def main() -> None:
         "benchmark": "bilevel meta-training step, vectorised (torch.func) vs per-task loop",
         "meta_batch": args.meta_batch,
         "shots": args.shots,
-        "threads": args.threads,
-        "torch": torch.__version__,
-        "machine": platform.processor() or platform.machine(),
+        **environment(),
         "results": results,
     }
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
+    write_json(args.out, report)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,6 @@ Old-vs-new cannot run side by side (the old memory step is gone); the docs quote
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
@@ -42,18 +38,9 @@ from recombine.models.layers.dnc_memory import (
     write_weighting,
 )
 from recombine.tasks.base import TaskSpec
+from timing import environment, median_times, write_json
 
 VARIANTS = {"dnc": (False, False, False), "dnc_ds": (False, True, True), "dnc_mds": (True, True, True)}
-
-
-def median_time(run: Callable[[], None], repeats: int) -> float:
-    run()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def training_step_time(variant: str, batch: int, length: int, repeats: int) -> float:
@@ -71,7 +58,8 @@ def training_step_time(variant: str, batch: int, length: int, repeats: int) -> f
         F.cross_entropy(model(tokens, lengths), labels).backward()
         optimizer.step()
 
-    return median_time(step, repeats)
+    wall, _ = median_times(step, repeats)  # after one warm-up step
+    return wall
 
 
 def operation_times(variant: str, batch: int, repeats: int) -> dict[str, float]:
@@ -138,7 +126,7 @@ def operation_times(variant: str, batch: int, repeats: int) -> dict[str, float]:
         def run(forward: Callable[[], torch.Tensor] = forward) -> None:
             forward().sum().backward()
 
-        times[name] = median_time(run, repeats)
+        times[name], _ = median_times(run, repeats)
     return times
 
 
@@ -163,9 +151,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     results: dict[str, object] = {
-        "torch": torch.__version__,
-        "machine": platform.processor() or platform.machine(),
-        "threads": args.threads,
+        **environment(),
         "batch": args.batch,
         "length": args.length,
         "variants": {},
@@ -183,8 +169,7 @@ def main() -> None:
         print(f"{variant}: {step:.3f} s/step")  # noqa: T201 (a script, not the library)
         for name, t in operations.items():
             print(f"  {name:40s} {t * args.length:.3f} s  {t * args.length / step:6.1%}")  # noqa: T201
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=2)
+    write_json(args.out, results)
 
 
 if __name__ == "__main__":

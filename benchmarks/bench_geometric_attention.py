@@ -13,14 +13,12 @@ Usage: ``python benchmarks/bench_geometric_attention.py [--out FILE] [--threads 
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
 
 from recombine.models.layers.geometric_attention import geometric_attention_weights
+from timing import environment, fwd_bwd_ms, saved_bytes, write_json
 
 # (N, batch); both methods always run at the same shapes.
 SHAPES = [(16, 64), (64, 64), (256, 64)]
@@ -38,59 +36,6 @@ def geometric_torch(logits: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 def softmax(logits: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return torch.softmax(logits, dim=-1) @ v
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_fwd_bwd(
-    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    logits: torch.Tensor,
-    v: torch.Tensor,
-    grad_out: torch.Tensor,
-    warmup: int,
-    repeats: int,
-) -> tuple[float, float]:
-    """Median forward + backward (wall, process CPU) time in milliseconds."""
-    wall, cpu = [], []
-    for step in range(warmup + repeats):
-        _sync(logits.device)
-        start, start_cpu = time.perf_counter(), time.process_time()
-        out = fn(logits, v)
-        torch.autograd.backward(out, grad_out, inputs=[logits, v])
-        _sync(logits.device)
-        if step >= warmup:
-            wall.append((time.perf_counter() - start) * 1e3)
-            cpu.append((time.process_time() - start_cpu) * 1e3)
-        logits.grad = None
-        v.grad = None
-    return statistics.median(wall), statistics.median(cpu)
-
-
-def saved_bytes(
-    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], logits: torch.Tensor, v: torch.Tensor
-) -> int:
-    """Bytes of distinct tensors autograd saves for backward during one forward.
-
-    ``v`` is not counted (both methods save it for ``A @ v``). ``logits`` is counted when saved: in a
-    model it is an intermediate that would otherwise be freed after the forward. Tensors are
-    deduplicated by storage, so ``A`` saved by both the weights op and the matmul counts once.
-    """
-    seen: dict[tuple[int, int], int] = {}
-    exclude = {v.untyped_storage().data_ptr()}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in exclude:
-            seen[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn(logits, v)
-    del out
-    return sum(seen.values())
 
 
 def peak_bytes(
@@ -127,8 +72,7 @@ def main() -> None:
     device = torch.device(args.device)
     gen = torch.Generator().manual_seed(0)
     results: dict[str, object] = {
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
+        **environment(machine=False),
         "device": str(device),
         "dtype": "float32",
         "heads": HEADS,
@@ -152,11 +96,15 @@ def main() -> None:
         timings: dict[str, list[tuple[float, float]]] = {name: [] for name in methods}
         for _ in range(args.rounds):
             for name, fn in methods.items():
-                timings[name].append(time_fwd_bwd(fn, logits, v, grad_out, args.warmup, args.repeats))
+                timings[name].append(fwd_bwd_ms(fn, [logits, v], grad_out, args.warmup, args.repeats))
         ms = {name: min(t[0] for t in ts) for name, ts in timings.items()}
         cpu_ms = {name: min(t[1] for t in ts) for name, ts in timings.items()}
         g_ms, s_ms, g_cpu, s_cpu = ms["geometric"], ms["softmax"], cpu_ms["geometric"], cpu_ms["softmax"]
-        g_bytes, s_bytes = saved_bytes(geometric, logits, v), saved_bytes(softmax, logits, v)
+        # Saved-for-backward bytes. ``v`` is not counted (both methods save it for ``A @ v``); ``logits``
+        # is (in a model it is an intermediate that would otherwise be freed after the forward); ``A``
+        # saved by both the weights op and the matmul counts once.
+        g_bytes = saved_bytes(geometric, [logits, v], exclude=[v])
+        s_bytes = saved_bytes(softmax, [logits, v], exclude=[v])
         g_peak, s_peak = peak_bytes(geometric, logits, v, grad_out), peak_bytes(softmax, logits, v, grad_out)
         row = {
             "batch": batch,
@@ -186,9 +134,7 @@ def main() -> None:
         )
 
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"wrote {args.out}")
+        write_json(args.out, results)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,6 @@ Usage: ``python benchmarks/bench_moe.py [--out FILE] [--threads T] [--tokens 256
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
@@ -24,6 +21,7 @@ from torch import nn
 
 from recombine.models.layers.auxiliary_loss import pop_auxiliary_loss
 from recombine.models.layers.sigma_moe import SigmaMoE, SigmaMoEConfig, parameter_matched_dense_width
+from timing import environment, fwd_bwd_ms, saved_bytes, write_json
 
 D_MODEL = 512
 N_EXPERTS = 16
@@ -45,47 +43,6 @@ def moe_forward(layer: SigmaMoE) -> Callable[[torch.Tensor], torch.Tensor]:
         return out if regularizer is None else out + regularizer  # regulariser joins the backward
 
     return forward
-
-
-def time_fwd_bwd(
-    fn: Callable[[torch.Tensor], torch.Tensor],
-    params: list[nn.Parameter],
-    x: torch.Tensor,
-    grad_out: torch.Tensor,
-    warmup: int,
-    repeats: int,
-) -> tuple[float, float]:
-    """Median forward + backward (wall, process CPU) time in milliseconds."""
-    wall, cpu = [], []
-    for step in range(warmup + repeats):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        torch.autograd.backward(fn(x), grad_out, inputs=[x, *params])
-        if step >= warmup:
-            wall.append((time.perf_counter() - start) * 1e3)
-            cpu.append((time.process_time() - start_cpu) * 1e3)
-        x.grad = None
-        for p in params:
-            p.grad = None
-    return statistics.median(wall), statistics.median(cpu)
-
-
-def saved_bytes(
-    fn: Callable[[torch.Tensor], torch.Tensor], params: list[nn.Parameter], x: torch.Tensor
-) -> int:
-    """Bytes of distinct tensors autograd saves for backward in one forward (parameters, ``x`` excluded)."""
-    exclude = {t.untyped_storage().data_ptr() for t in [x, *params]}
-    seen: dict[tuple[int, int], int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in exclude:
-            seen[(storage.data_ptr(), storage.nbytes())] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn(x)
-    del out
-    return sum(seen.values())
 
 
 def main() -> None:
@@ -110,8 +67,7 @@ def main() -> None:
     dense_madds = 2 * D_MODEL * width  # per token, forward
     moe_madds = 2 * D_MODEL * K * EXPERT_SIZE + N_EXPERTS * D_MODEL  # experts + selection
     results: dict[str, object] = {
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
+        **environment(machine=False),
         "device": "cpu",
         "dtype": "float32",
         "d_model": D_MODEL,
@@ -134,11 +90,13 @@ def main() -> None:
         grad_out = torch.randn(n_tokens, D_MODEL, generator=gen)
         dense_runs, moe_runs = [], []
         for _ in range(args.rounds):  # interleaved, so load drifts affect both alike
-            dense_runs.append(time_fwd_bwd(dense, dense_params, x, grad_out, args.warmup, args.repeats))
-            moe_runs.append(time_fwd_bwd(forward, moe_params, x, grad_out, args.warmup, args.repeats))
+            dense_runs.append(fwd_bwd_ms(dense, [x], grad_out, args.warmup, args.repeats, dense_params))
+            moe_runs.append(fwd_bwd_ms(forward, [x], grad_out, args.warmup, args.repeats, moe_params))
         d_ms, m_ms = min(r[0] for r in dense_runs), min(r[0] for r in moe_runs)
         d_cpu, m_cpu = min(r[1] for r in dense_runs), min(r[1] for r in moe_runs)
-        d_bytes, m_bytes = saved_bytes(dense, dense_params, x), saved_bytes(forward, moe_params, x)
+        # activation memory: parameters and the input are not counted
+        d_bytes = saved_bytes(dense, [x], exclude=[x, *dense_params])
+        m_bytes = saved_bytes(forward, [x], exclude=[x, *moe_params])
         row = {
             "dense_ms": round(d_ms, 3),
             "moe_ms": round(m_ms, 3),
@@ -157,9 +115,7 @@ def main() -> None:
         )
 
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"wrote {args.out}")
+        write_json(args.out, results)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 
@@ -22,6 +21,7 @@ import torch
 
 from recombine import models, tasks
 from recombine.train.objectives import objective_for
+from timing import environment, write_json
 
 PRESETS = [
     "transformer_seq2seq",
@@ -76,9 +76,7 @@ def main() -> None:
             decode_s[name].append(time.perf_counter() - start)
 
     result = {
-        "machine": platform.processor() or platform.machine(),
-        "torch": torch.__version__,
-        "threads": args.threads,
+        **environment(),
         "config": {**CONFIG, "batch_size": BATCH, "task": "scan length_cutoff_26"},
         "presets": {
             name: {
@@ -91,11 +89,9 @@ def main() -> None:
             for name in PRESETS
         },
     }
-    text = json.dumps(result, indent=2)
-    print(text)
+    print(json.dumps(result, indent=2))
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from recombine.experiments.executors import LocalExecutor, RayExecutor
 from recombine.experiments.trial import TrialOutcome, TrialSpec, run_trial
+from timing import write_json
 
 TINY = {
     "seed": 1,
@@ -85,8 +86,7 @@ def main() -> None:
         started = time.perf_counter()
         ray.shutdown()
         results["ray_shutdown_s"] = time.perf_counter() - started
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    write_json(args.out, results)
     print(json.dumps(results, indent=2))
 
 

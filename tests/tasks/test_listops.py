@@ -17,11 +17,15 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-import recombine.tasks
+from depth_split_checks import (
+    check_bad_config_is_one_line_user_error,
+    check_cache_round_trip,
+    check_deterministic_per_seed,
+    check_lengths_and_distinct_splits,
+)
 from recombine.errors import UserError
 from recombine.tasks import listops
 from recombine.tasks.base import TaskData
-from recombine.tasks.cache import cache_dir
 from recombine.tasks.listops import ListOpsConfig, build_listops, evaluate, tokenize
 
 SMALL = {"n_train": 2000, "n_valid_iid": 100, "n_valid_ood": 100, "n_test_ood": 100}
@@ -143,14 +147,7 @@ def test_depth_ranges_and_balance(data: TaskData) -> None:
 
 
 def test_lengths_and_distinct_splits(data: TaskData) -> None:
-    train = token_lists(data, "train")
-    assert len(set(train)) == len(train)
-    for name in data.splits:
-        examples = token_lists(data, name)
-        assert max(len(t) for t in examples) <= 50
-        assert len(set(examples)) == len(examples), name
-        if name != "train":
-            assert not set(examples) & set(train), name
+    check_lengths_and_distinct_splits(data, token_lists, max_length=50)
 
 
 def test_config_lists_and_limits(no_cache: None) -> None:
@@ -188,21 +185,11 @@ def test_vectorised_evaluation_matches_reference_on_unconditioned_trees() -> Non
 
 
 def test_deterministic_per_seed(no_cache: None, data: TaskData) -> None:
-    again = build_listops(ListOpsConfig(**SMALL), seed=0)
-    other = build_listops(ListOpsConfig(**SMALL), seed=1)
-    for name in data.splits:
-        assert token_lists(again, name) == token_lists(data, name)
-        assert (again.splits[name].targets == data.splits[name].targets).all()
-        assert token_lists(other, name) != token_lists(data, name)
+    check_deterministic_per_seed(data, lambda seed: build_listops(ListOpsConfig(**SMALL), seed), token_lists)
 
 
 def test_cache_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RECOMBINE_NO_CACHE", raising=False)  # the module fixture may have set it
-    first = recombine.tasks.get("listops", seed=2, **SMALL)
-    assert len(list(cache_dir().glob("listops-v*.pkl"))) == 1
-    second = recombine.tasks.get("listops", seed=2, **SMALL)
-    for name in first.splits:
-        assert token_lists(first, name) == token_lists(second, name)
+    check_cache_round_trip("listops", SMALL, token_lists, monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -222,6 +209,4 @@ def test_cache_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_bad_config_is_one_line_user_error(overrides: dict[str, object]) -> None:
-    with pytest.raises(UserError) as error:
-        recombine.tasks.get("listops", **overrides)
-    assert "\n" not in str(error.value) and str(error.value)
+    check_bad_config_is_one_line_user_error("listops", overrides)

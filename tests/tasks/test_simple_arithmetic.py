@@ -13,10 +13,14 @@ from collections.abc import Iterator
 
 import pytest
 
-import recombine.tasks
+from depth_split_checks import (
+    check_bad_config_is_one_line_user_error,
+    check_cache_round_trip,
+    check_deterministic_per_seed,
+    check_lengths_and_distinct_splits,
+)
 from recombine.errors import UserError
 from recombine.tasks.base import TaskData
-from recombine.tasks.cache import cache_dir
 from recombine.tasks.simple_arithmetic import ArithmeticConfig, build_arithmetic, evaluate
 
 SMALL = {"n_train": 2000, "n_valid_iid": 100, "n_valid_ood": 100, "n_test_ood": 100}
@@ -91,14 +95,7 @@ def test_train_has_every_depth_0_and_1_expression(data: TaskData) -> None:
 
 
 def test_lengths_and_distinct_splits(data: TaskData) -> None:
-    train = texts(data, "train")
-    assert len(set(train)) == len(train)
-    for name in data.splits:
-        split_texts = texts(data, name)
-        assert max(len(t) for t in split_texts) <= 50
-        assert len(set(split_texts)) == len(split_texts), name
-        if name != "train":
-            assert not set(split_texts) & set(train), name
+    check_lengths_and_distinct_splits(data, texts, max_length=50)
 
 
 def test_max_length_and_test_depths_follow_config(no_cache: None) -> None:
@@ -120,21 +117,11 @@ def test_p_subop_zero_gives_chains(no_cache: None) -> None:
 
 
 def test_deterministic_per_seed(no_cache: None, data: TaskData) -> None:
-    again = build_arithmetic(ArithmeticConfig(**SMALL), seed=0)
-    other = build_arithmetic(ArithmeticConfig(**SMALL), seed=1)
-    for name in data.splits:
-        assert texts(again, name) == texts(data, name)
-        assert (again.splits[name].targets == data.splits[name].targets).all()
-        assert texts(other, name) != texts(data, name)
+    check_deterministic_per_seed(data, lambda seed: build_arithmetic(ArithmeticConfig(**SMALL), seed), texts)
 
 
 def test_cache_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("RECOMBINE_NO_CACHE", raising=False)  # the module fixture may have set it
-    first = recombine.tasks.get("arithmetic", seed=2, **SMALL)
-    assert len(list(cache_dir().glob("arithmetic-v*.pkl"))) == 1
-    second = recombine.tasks.get("arithmetic", seed=2, **SMALL)
-    for name in first.splits:
-        assert texts(first, name) == texts(second, name)
+    check_cache_round_trip("arithmetic", SMALL, texts, monkeypatch)
 
 
 def test_hand_made_expressions() -> None:
@@ -163,6 +150,4 @@ def test_hand_made_expressions() -> None:
     ],
 )
 def test_bad_config_is_one_line_user_error(overrides: dict[str, object]) -> None:
-    with pytest.raises(UserError) as error:
-        recombine.tasks.get("arithmetic", **overrides)
-    assert "\n" not in str(error.value) and str(error.value)
+    check_bad_config_is_one_line_user_error("arithmetic", overrides)

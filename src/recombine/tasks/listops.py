@@ -53,7 +53,15 @@ from recombine.errors import UserError
 from recombine.tasks import TASKS
 from recombine.tasks.base import ClassificationSplit, TaskData, Vocabulary
 from recombine.tasks.cache import cached
-from recombine.tasks.depth_splits import cache_config, check_depth_groups, check_split_sizes
+from recombine.tasks.depth_splits import (
+    STREAM_IDS,
+    cache_config,
+    check_depth_groups,
+    check_max_length,
+    check_split_sizes,
+    classification_split,
+    depth_balanced_splits,
+)
 
 #: Bump whenever generation changes, so cached tasks are rebuilt.
 VERSION = 1
@@ -72,7 +80,6 @@ _MIN, _MAX, _MED, _SM = range(4)
 
 # Child codes in the generator's node table: -1 = no argument, 0..9 = a digit, 10 + i = node i.
 _PAD, _NODE = -1, 10
-_SPLIT_IDS = {"pool": 0, "valid_ood": 1, "test_ood": 2, "shuffle": 3}
 _LEVEL_TRIES = 64  # redraws of one spine level before the example is dropped
 
 
@@ -338,8 +345,8 @@ class _Generator:
 
 def _distinct_examples(
     config: ListOpsConfig, rng: np.random.Generator, depth: int, max_tree_depth: int, count: int
-) -> tuple[list[bytes], np.ndarray]:
-    """``count`` distinct examples (token-id bytes) of dependency depth ``depth``, and their values."""
+) -> list[tuple[bytes, int]]:
+    """``count`` distinct examples (token-id bytes) of dependency depth ``depth``, with their values."""
     generator = _Generator(config, rng)
     seen: dict[bytes, int] = {}
     attempted, acceptance = 0, 0.3
@@ -361,77 +368,30 @@ def _distinct_examples(
                 break
         attempted += size
         acceptance = max((len(seen) - before) / size, 0.002)
-    return list(seen), np.fromiter(seen.values(), dtype=np.int64, count=len(seen))
+    return list(seen.items())
 
 
 @dataclass
 class _CompactSplit:
-    """A split as flat arrays (fast to pickle): concatenated token ids, lengths, targets, depths."""
+    """A split as flat arrays (fast to pickle; see :func:`~recombine.tasks.depth_splits.flat_split`)."""
 
     tokens: np.ndarray
     lengths: np.ndarray
     targets: np.ndarray
     depth: np.ndarray
 
-    @classmethod
-    def from_parts(
-        cls, parts: list[tuple[list[bytes], np.ndarray, int]], rng: np.random.Generator
-    ) -> _CompactSplit:
-        examples = [e for part, _, _ in parts for e in part]
-        targets = np.concatenate([values for _, values, _ in parts]) + 1  # output ids: digit d -> d + 1
-        depth = np.concatenate([np.full(len(part), d, dtype=np.int64) for part, _, d in parts])
-        order = rng.permutation(len(examples))
-        examples = [examples[i] for i in order]
-        return cls(
-            tokens=np.frombuffer(b"".join(examples), dtype=np.uint8).copy(),
-            lengths=np.array([len(e) for e in examples], dtype=np.int64),
-            targets=targets[order],
-            depth=depth[order],
-        )
-
     def to_split(self) -> ClassificationSplit:
-        tokens = self.tokens.astype(np.int64)
-        return ClassificationSplit(
-            inputs=np.split(tokens, np.cumsum(self.lengths)[:-1]), targets=self.targets, depth=self.depth
-        )
-
-
-def _even_counts(total: int, n_bins: int) -> list[int]:
-    return [total // n_bins + (i < total % n_bins) for i in range(n_bins)]
+        return classification_split(self.tokens, self.lengths, self.targets, self.depth)
 
 
 def _generate(config: ListOpsConfig, seed: int) -> dict[str, _CompactSplit]:
-    def rng(stream: str, depth: int = 0) -> np.random.Generator:
-        return np.random.default_rng([int(seed), _SPLIT_IDS[stream], depth])
+    def sample(stream: str, depth: int, deepest: int, count: int) -> list[tuple[bytes, int]]:
+        rng = np.random.default_rng([int(seed), STREAM_IDS[stream], depth])
+        return _distinct_examples(config, rng, depth, deepest, count)  # tree depth <= the split's deepest
 
-    shuffle = rng("shuffle")
-    splits: dict[str, _CompactSplit] = {}
-    # train + valid_iid: one pool per depth, split at random (disjoint, same distribution).
-    train_depths = sorted(int(d) for d in config.train_depths)
-    train_counts = _even_counts(config.n_train, len(train_depths))
-    valid_counts = _even_counts(config.n_valid_iid, len(train_depths))
-    train_parts, valid_parts = [], []
-    for depth, n_train, n_valid in zip(train_depths, train_counts, valid_counts, strict=True):
-        examples, values = _distinct_examples(
-            config, rng("pool", depth), depth, train_depths[-1], n_train + n_valid
-        )
-        order = shuffle.permutation(len(examples))
-        valid_idx, train_idx = order[:n_valid], order[n_valid:]
-        valid_parts.append(([examples[i] for i in valid_idx], values[valid_idx], depth))
-        train_parts.append(([examples[i] for i in train_idx], values[train_idx], depth))
-    splits["train"] = _CompactSplit.from_parts(train_parts, shuffle)
-    splits["valid_iid"] = _CompactSplit.from_parts(valid_parts, shuffle)
-    for name, depths, size in (
-        ("valid_ood", config.valid_ood_depths, config.n_valid_ood),
-        ("test_ood", config.test_ood_depths, config.n_test_ood),
-    ):
-        depths = sorted(int(d) for d in depths)
-        parts = []
-        for depth, count in zip(depths, _even_counts(size, len(depths)), strict=True):
-            examples, values = _distinct_examples(config, rng(name, depth), depth, depths[-1], count)
-            parts.append((examples, values, depth))
-        splits[name] = _CompactSplit.from_parts(parts, shuffle)
-    return splits
+    shuffle = np.random.default_rng([int(seed), STREAM_IDS["shuffle"], 0])
+    splits = depth_balanced_splits(config, sample, shuffle)
+    return {name: _CompactSplit(**flat) for name, flat in splits.items()}
 
 
 def _validate(config: ListOpsConfig) -> None:
@@ -440,12 +400,7 @@ def _validate(config: ListOpsConfig) -> None:
         raise UserError(f"task.max_args must be between 2 and 20, got {config.max_args}")
     if not 0.0 <= config.p_op <= 1.0:
         raise UserError(f"task.p_op must be a probability in [0, 1], got {config.p_op}")
-    deepest = max(max(g) for g in groups.values())
-    if config.max_length < 3 * deepest + 1:
-        raise UserError(
-            f"task.max_length={config.max_length} is too short for dependency depth {deepest} "
-            f"(needs at least {3 * deepest + 1} tokens)"
-        )
+    check_max_length(config, groups, tokens_per_level=3, what="dependency depth")  # "[OP", a digit, "]"
     check_split_sizes(config)
 
 

@@ -57,8 +57,18 @@ def _check_range(name: str, value: IntRange, minimum: int) -> None:
         raise UserError(f"{name} must be (low, high) with {minimum} <= low <= high; got {value}")
 
 
+class _MemoryTaskBase:
+    """What the task configs share: the target of an answer step is one word of ``width`` bits."""
+
+    width: int
+
+    @property
+    def output_size(self) -> int:
+        return self.width
+
+
 @dataclass(frozen=True)
-class CopyConfig:
+class CopyConfig(_MemoryTaskBase):
     """Copy (thesis 2.3): ``length_range`` words of ``width`` bits, then repeat them."""
 
     width: int = 8  # W (A.2)
@@ -73,13 +83,9 @@ class CopyConfig:
     def input_size(self) -> int:
         return self.width + 1
 
-    @property
-    def output_size(self) -> int:
-        return self.width
-
 
 @dataclass(frozen=True)
-class RepeatedCopyConfig:
+class RepeatedCopyConfig(_MemoryTaskBase):
     """Repeated copy (thesis 2.3): ``repeats_range`` copy instances, each of ``length_range`` words."""
 
     width: int = 8  # W (A.2)
@@ -104,13 +110,9 @@ class RepeatedCopyConfig:
     def input_size(self) -> int:
         return self.width + 1
 
-    @property
-    def output_size(self) -> int:
-        return self.width
-
 
 @dataclass(frozen=True)
-class AssociativeRecallConfig:
+class AssociativeRecallConfig(_MemoryTaskBase):
     """Associative recall (thesis 2.3): ``blocks_range`` blocks of ``block_words`` words of ``width`` bits."""
 
     width: int = 8  # W (A.2)
@@ -128,13 +130,9 @@ class AssociativeRecallConfig:
     def input_size(self) -> int:
         return self.width + 2
 
-    @property
-    def output_size(self) -> int:
-        return self.width
-
 
 @dataclass(frozen=True)
-class KeyValueConfig:
+class KeyValueConfig(_MemoryTaskBase):
     """Key-value retrieval (thesis 2.3): ``length_range`` words of ``2 * width`` bits, completed both ways."""
 
     width: int = 8  # W: each half w1, w2 has W bits (A.2)
@@ -150,10 +148,6 @@ class KeyValueConfig:
     @property
     def input_size(self) -> int:
         return 2 * self.width + 2
-
-    @property
-    def output_size(self) -> int:
-        return self.width
 
 
 MemoryTaskConfig = CopyConfig | RepeatedCopyConfig | AssociativeRecallConfig | KeyValueConfig
@@ -224,16 +218,25 @@ def _distinct_bit_rows(rng: np.random.Generator, n_rows: int, n_bits: int) -> np
         rows[duplicates] = _bits(rng, duplicates.size, n_bits)
 
 
+def _with_answers(
+    inputs: np.ndarray, output_size: int, answers: list[tuple[slice, np.ndarray]]
+) -> MemorySequence:
+    """The sequence of ``inputs`` whose targets are ``words`` on the ``steps`` of each ``(steps, words)``
+    of ``answers`` (the loss steps) and zero on every other step."""
+    targets = np.zeros((len(inputs), output_size), dtype=np.float32)
+    loss_mask = np.zeros(len(inputs), dtype=bool)
+    for steps, words in answers:
+        targets[steps] = words
+        loss_mask[steps] = True
+    return MemorySequence(inputs, targets, loss_mask)
+
+
 def _copy_instance(width: int, words: np.ndarray) -> MemorySequence:
     length = len(words)
     inputs = np.zeros((2 * length + 1, width + 1), dtype=np.float32)
-    targets = np.zeros((2 * length + 1, width), dtype=np.float32)
     inputs[:length, :width] = words
     inputs[length, width] = 1.0  # start of the repeat phase
-    targets[length + 1 :] = words
-    loss_mask = np.zeros(2 * length + 1, dtype=bool)
-    loss_mask[length + 1 :] = True
-    return MemorySequence(inputs, targets, loss_mask)
+    return _with_answers(inputs, width, [(slice(length + 1, None), words)])
 
 
 def _concatenate(parts: list[MemorySequence]) -> MemorySequence:
@@ -270,7 +273,6 @@ def sample_associative_recall(config: AssociativeRecallConfig, rng: np.random.Ge
     stride = words + 1
     n_steps = n_blocks * stride + 1 + words + 1 + words
     inputs = np.zeros((n_steps, width + 2), dtype=np.float32)
-    targets = np.zeros((n_steps, width), dtype=np.float32)
     for b in range(n_blocks):
         inputs[b * stride, width] = 1.0  # block start
         inputs[b * stride + 1 : (b + 1) * stride, :width] = blocks[b]
@@ -278,10 +280,7 @@ def sample_associative_recall(config: AssociativeRecallConfig, rng: np.random.Ge
     inputs[recall, width + 1] = 1.0  # recall phase starts
     inputs[recall + 1 : recall + 1 + words, :width] = blocks[query]
     inputs[recall + 1 + words, width + 1] = 1.0  # query ends, answer follows
-    targets[-words:] = blocks[query + 1]
-    loss_mask = np.zeros(n_steps, dtype=bool)
-    loss_mask[-words:] = True
-    return MemorySequence(inputs, targets, loss_mask)
+    return _with_answers(inputs, width, [(slice(-words, None), blocks[query + 1])])  # the last W_b steps
 
 
 def sample_key_value(config: KeyValueConfig, rng: np.random.Generator) -> MemorySequence:
@@ -291,23 +290,16 @@ def sample_key_value(config: KeyValueConfig, rng: np.random.Generator) -> Memory
     second = _distinct_bit_rows(rng, length, width)  # w2 halves
     n_steps = 3 * length + 2
     inputs = np.zeros((n_steps, 2 * width + 2), dtype=np.float32)
-    targets = np.zeros((n_steps, width), dtype=np.float32)
-    loss_mask = np.zeros(n_steps, dtype=bool)
     inputs[:length, :width] = first
     inputs[:length, width : 2 * width] = second
-    q1 = length + 1
+    q1, q2 = slice(length + 1, 2 * length + 1), slice(2 * length + 2, None)
     inputs[length, 2 * width] = 1.0  # phase q1: given w1, complete w2
-    order = rng.permutation(length)
-    inputs[q1 : q1 + length, :width] = first[order]
-    targets[q1 : q1 + length] = second[order]
-    q2 = 2 * length + 2
+    order1 = rng.permutation(length)
+    inputs[q1, :width] = first[order1]
     inputs[2 * length + 1, 2 * width + 1] = 1.0  # phase q2: given w2, complete w1
-    order = rng.permutation(length)
-    inputs[q2:, width : 2 * width] = second[order]
-    targets[q2:] = first[order]
-    loss_mask[q1 : q1 + length] = True
-    loss_mask[q2:] = True
-    return MemorySequence(inputs, targets, loss_mask)
+    order2 = rng.permutation(length)
+    inputs[q2, width : 2 * width] = second[order2]
+    return _with_answers(inputs, width, [(q1, second[order1]), (q2, first[order2])])
 
 
 def sample_sequence(config: MemoryTaskConfig, rng: np.random.Generator) -> MemorySequence:

@@ -37,9 +37,17 @@ import numpy as np
 
 from recombine.errors import UserError
 from recombine.tasks import TASKS
-from recombine.tasks.base import ClassificationSplit, TaskData, Vocabulary
+from recombine.tasks.base import TaskData, Vocabulary
 from recombine.tasks.cache import cached
-from recombine.tasks.depth_splits import balanced_counts, cache_config, check_depth_groups, check_split_sizes
+from recombine.tasks.depth_splits import (
+    STREAM_IDS,
+    cache_config,
+    check_depth_groups,
+    check_max_length,
+    check_split_sizes,
+    classification_split,
+    depth_balanced_splits,
+)
 
 #: Bump whenever generation changes, so cached tasks are rebuilt.
 VERSION = 1
@@ -50,7 +58,6 @@ INPUT_TOKENS = (*DIGITS, *OPERATORS, "(", ")")
 
 # Depths with at most this many distinct expressions are enumerated instead of sampled (depths 0, 1).
 _ENUMERATE_LIMIT = 1000
-_SPLIT_IDS = {"pool": 0, "valid_ood": 1, "test_ood": 2, "shuffle": 3}
 # Character -> token id in the input vocabulary (<pad> = 0, then INPUT_TOKENS in order).
 _TOKEN_IDS = bytes.maketrans("".join(INPUT_TOKENS).encode("ascii"), bytes(range(1, len(INPUT_TOKENS) + 1)))
 
@@ -199,69 +206,22 @@ def _caps(depths: Sequence[int]) -> list[int]:
     return caps
 
 
-def _split(parts: list[tuple[list[tuple[str, int]], int]], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """A split in flat form (fast to pickle): token ids (uint8), lengths, targets, depths; shuffled."""
-    examples = [(text, value, depth) for part, depth in parts for text, value in part]
-    examples = [examples[i] for i in rng.permutation(len(examples))]
-    text = "".join(t for t, _, _ in examples).encode("ascii").translate(_TOKEN_IDS)
-    return {
-        "tokens": np.frombuffer(text, dtype=np.uint8).copy(),
-        "lengths": np.array([len(t) for t, _, _ in examples], dtype=np.int64),
-        "targets": np.array([v + 1 for _, v, _ in examples], dtype=np.int64),  # output id of digit v
-        "depth": np.array([d for _, _, d in examples], dtype=np.int64),
-    }
-
-
-def _to_split(flat: dict[str, np.ndarray]) -> ClassificationSplit:
-    tokens = flat["tokens"].astype(np.int64)
-    return ClassificationSplit(
-        inputs=np.split(tokens, np.cumsum(flat["lengths"])[:-1]), targets=flat["targets"], depth=flat["depth"]
-    )
-
-
 def _generate(config: ArithmeticConfig, seed: int) -> dict[str, dict[str, np.ndarray]]:
     def stream(name: str, depth: int = 0) -> int:
-        return int(np.random.SeedSequence([int(seed), _SPLIT_IDS[name], depth]).generate_state(1)[0])
+        return int(np.random.SeedSequence([int(seed), STREAM_IDS[name], depth]).generate_state(1)[0])
 
-    shuffle = np.random.default_rng(stream("shuffle"))
-    # train + valid_iid: per depth one pool of distinct expressions, split at random.
-    depths = sorted(int(d) for d in config.train_depths)
-    caps = _caps(depths)
-    train_counts = balanced_counts(caps, config.n_train, "train")
-    valid_counts = balanced_counts(
-        [cap - n for cap, n in zip(caps, train_counts, strict=True)], config.n_valid_iid, "valid_iid"
-    )
-    train_parts, valid_parts = [], []
-    for depth, n_train, n_valid in zip(depths, train_counts, valid_counts, strict=True):
-        examples = _distinct_examples(config, stream("pool", depth), depth, n_train + n_valid)
-        order = shuffle.permutation(len(examples)).tolist()
-        valid_parts.append(([examples[i] for i in order[:n_valid]], depth))
-        train_parts.append(([examples[i] for i in order[n_valid:]], depth))
-    splits = {"train": _split(train_parts, shuffle), "valid_iid": _split(valid_parts, shuffle)}
-    for name, ood_depths, size in (
-        ("valid_ood", config.valid_ood_depths, config.n_valid_ood),
-        ("test_ood", config.test_ood_depths, config.n_test_ood),
-    ):
-        ood_depths = sorted(int(d) for d in ood_depths)
-        counts = balanced_counts(_caps(ood_depths), size, name)
-        parts = [
-            (_distinct_examples(config, stream(name, depth), depth, count), depth)
-            for depth, count in zip(ood_depths, counts, strict=True)
-        ]
-        splits[name] = _split(parts, shuffle)
-    return splits
+    def sample(name: str, depth: int, _deepest: int, count: int) -> list[tuple[bytes, int]]:
+        examples = _distinct_examples(config, stream(name, depth), depth, count)
+        return [(text.encode("ascii").translate(_TOKEN_IDS), value) for text, value in examples]
+
+    return depth_balanced_splits(config, sample, np.random.default_rng(stream("shuffle")), caps=_caps)
 
 
 def _validate(config: ArithmeticConfig) -> None:
     groups = check_depth_groups(config, min_depth=0, what="depths")
     if not 0.0 <= config.p_subop <= 1.0:
         raise UserError(f"task.p_subop must be a probability in [0, 1], got {config.p_subop}")
-    deepest = max(max(g) for g in groups.values())
-    if config.max_length < 4 * deepest + 1:
-        raise UserError(
-            f"task.max_length={config.max_length} is too short for depth {deepest} "
-            f"(needs at least {4 * deepest + 1} tokens)"
-        )
+    check_max_length(config, groups, tokens_per_level=4, what="depth")  # "(", an operator, a digit, ")"
     check_split_sizes(config)
 
 
@@ -281,7 +241,7 @@ def build_arithmetic(config: ArithmeticConfig, seed: int) -> TaskData:
         kind="classify",
         input_vocab=Vocabulary.build(list(INPUT_TOKENS)),
         output_vocab=Vocabulary.build(list(DIGITS)),
-        splits={name: _to_split(split) for name, split in flat.items()},
+        splits={name: classification_split(**split) for name, split in flat.items()},
         description=(
             "Simple arithmetic (thesis 5.2.2): evaluate a fully bracketed expression of mod-10 + and * "
             f"over digits, <= {config.max_length} tokens. Depth = operations on the longest path: train "
