@@ -210,3 +210,13 @@ def test_cache_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
 )
 def test_bad_config_is_one_line_user_error(overrides: dict[str, object]) -> None:
     check_bad_config_is_one_line_user_error("listops", overrides)
+
+
+@pytest.mark.parametrize("max_length", [22, 23])
+def test_a_max_length_that_barely_fits_is_a_user_error_not_a_crash(no_cache: None, max_length: int) -> None:
+    """Near the shortest possible depth-7 example, whole generator batches hold no example that fits; that
+    must end in the one-line 'could not generate' error (it raised a ValueError from zip)."""
+    with pytest.raises(
+        UserError, match="could not generate 100 distinct ListOps examples of dependency depth 7"
+    ):
+        build_listops(ListOpsConfig(**SMALL, max_length=max_length), seed=0)

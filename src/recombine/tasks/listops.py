@@ -362,7 +362,8 @@ def _distinct_examples(
         buffer = tokens.tobytes()
         ends = np.cumsum(lengths).tolist()
         before = len(seen)
-        for start, end, value in zip([0, *ends[:-1]], ends, values.tolist(), strict=True):
+        starts = [0, *ends[:-1]] if ends else []  # a batch may hold no example that fits max_length
+        for start, end, value in zip(starts, ends, values.tolist(), strict=True):
             seen.setdefault(buffer[start:end], value)
             if len(seen) == count:
                 break
