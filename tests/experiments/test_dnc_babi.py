@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from recombine.experiments.dnc_babi import BabiDNC, BabiRunConfig, answer_loss, padded_batch, train_babi
+from recombine.experiments.dnc_babi import (
+    BabiDNC,
+    BabiRunConfig,
+    answer_loss,
+    padded_batch,
+    per_task_sample,
+    train_babi,
+)
 from recombine.experiments.dnc_memory import DNCSequenceConfig, MemoryTrainConfig
 from recombine.tasks.babi import NO_TARGET, BabiConfig, build_babi
 
@@ -70,3 +77,11 @@ def test_a_tiny_location_task_is_learnt_well_below_chance(data) -> None:  # type
     shorter = dataclasses.replace(train, steps=20, eval_every=7)
     again = train_babi(data, BabiRunConfig(model=SMALL, d_embedding=16, train=shorter, eval_stories=30))
     np.testing.assert_array_equal(again.train_loss, result.train_loss[:20])
+
+
+def test_the_validation_sample_covers_every_task() -> None:
+    tasks = np.array([1, 1, 1, 2, 2, 3])
+    assert per_task_sample(tasks, 3).tolist() == [0, 3, 5]
+    assert per_task_sample(tasks, 4).tolist() == [0, 1, 3, 4, 5]  # ceil(4 / 3) = 2 per task
+    assert per_task_sample(tasks, 100).tolist() == list(range(6))
+    assert per_task_sample(np.array([], dtype=np.int64), 5).tolist() == []

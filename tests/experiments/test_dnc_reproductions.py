@@ -53,6 +53,8 @@ def test_steps_to_threshold_matches_a_loop() -> None:
         )
     assert steps_to_threshold(np.array([3.0, 1.0, 0.0]), 2.5, 2) == 2  # (3 + 1) / 2 = 2 < 2.5
     assert steps_to_threshold(np.ones(10), 0.5, 3) is None
+    short = np.array([0.1, 0.1])  # fewer steps than the window: no window average exists
+    assert steps_to_threshold(short, 1.0, 5) is None and naive_steps_to_threshold(short, 1.0, 5) is None
 
 
 @pytest.mark.parametrize(

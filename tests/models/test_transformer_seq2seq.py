@@ -214,3 +214,7 @@ def test_sigma_moe_regulariser_reaches_the_training_loss_only() -> None:
         model(src, src_len, tgt_in, tgt_len)
     assert model.auxiliary_loss() is None
     assert build("transformer_seq2seq").train().auxiliary_loss() is None
+    # a training forward whose regulariser was never collected does not leak into the next one
+    model(src, src_len, tgt_in, tgt_len)
+    model(src, src_len, tgt_in, tgt_len)
+    torch.testing.assert_close(model.auxiliary_loss(), first)

@@ -89,6 +89,10 @@ def test_without_a_valid_file_a_seeded_part_of_train_is_held_out(tmp_path: Path)
     assert read_babi(config)["valid"] == parts["valid"]  # deterministic
     other = read_babi(BabiConfig(data_dir=str(tmp_path), tasks=[1], valid_fraction=0.25, seed=1))
     assert other["valid"] != parts["valid"]
+    # a task's held-out stories do not depend on which other tasks are read, nor on their order
+    write(tmp_path, {"qa2_two-supporting-facts_train.txt": many, "qa2_two-supporting-facts_test.txt": QA1})
+    both = read_babi(BabiConfig(data_dir=str(tmp_path), tasks=[2, 1], valid_fraction=0.25))
+    assert [s for s in both["valid"] if s.task == 1] == parts["valid"]
 
 
 def test_error_rates_match_a_loop_and_solved_means_below_five_percent(tmp_path: Path) -> None:

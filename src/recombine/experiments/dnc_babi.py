@@ -41,7 +41,9 @@ class BabiRunConfig:
     train: MemoryTrainConfig = field(
         default_factory=lambda: MemoryTrainConfig(steps=2000, batch_size=2, optimizer="rmsprop", lr=1e-4)
     )
-    eval_stories: int = 256  # valid stories scored at every evaluation (all test stories at the end)
+    eval_stories: int = (
+        256  # valid stories scored at every evaluation, spread over the tasks (all test stories at the end)
+    )
 
     def __post_init__(self) -> None:
         if self.d_embedding < 1 or self.eval_stories < 1:
@@ -92,6 +94,16 @@ def predict(
     return predictions
 
 
+def per_task_sample(tasks: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the first ``ceil(n / n_tasks)`` stories of every task in ``tasks`` (in order), so that
+    an evaluation on at most ``n`` stories covers every task, not only the first ones read."""
+    present = np.unique(tasks)
+    if len(present) == 0:
+        return np.zeros(0, dtype=np.int64)
+    each = -(-n // len(present))
+    return np.sort(np.concatenate([np.flatnonzero(tasks == task)[:each] for task in present]))
+
+
 def _subset(sequences: BabiSequences, indices: np.ndarray) -> BabiSequences:
     return BabiSequences(
         [sequences.inputs[i] for i in indices],
@@ -105,7 +117,7 @@ class BabiTrainResult:
     model: BabiDNC
     train_loss: np.ndarray  # [steps]
     eval_steps: list[int]
-    valid_mean_error: list[float]  # on the first eval_stories valid stories, at eval_steps
+    valid_mean_error: list[float]  # mean over tasks on per_task_sample(valid, eval_stories), at eval_steps
     test_errors: dict[int, float]  # per task, all test stories, at the end
     summary: dict[str, object]  # summarise_errors(test_errors)
     seconds: float
@@ -125,7 +137,7 @@ def train_babi(data: BabiData, config: BabiRunConfig | None = None) -> BabiTrain
     if not stories.inputs:
         raise UserError("bAbI has no training stories for the configured tasks")
     valid = data.parts["valid"]
-    valid_indices = np.arange(min(config.eval_stories, len(valid.inputs)))
+    valid_indices = per_task_sample(valid.tasks, config.eval_stories)
 
     def valid_error() -> float:
         rates = error_rates(predict(model, valid, valid_indices), _subset(valid, valid_indices))

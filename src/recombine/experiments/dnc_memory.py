@@ -424,7 +424,9 @@ def save_loss_curves(results: dict[str, list[MemoryTrainResult]], path: str | Pa
 def steps_to_threshold(train_loss: np.ndarray, threshold: float, smooth: int) -> int | None:
     """The first step after which the moving average of the training loss over the last ``smooth``
     steps is below ``threshold``; ``None`` if it never is."""
-    width = max(1, min(smooth, len(train_loss)))
+    if len(train_loss) < smooth:  # no full window: the report's "smooth-step average" never exists
+        return None
+    width = max(1, smooth)
     averages = np.convolve(
         train_loss, np.ones(width) / width, mode="valid"
     )  # averages[i] ends at step i+width

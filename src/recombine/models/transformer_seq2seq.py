@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recombine.errors import UserError, choices_hint
-from recombine.models.layers.auxiliary_loss import pop_auxiliary_loss
+from recombine.models.layers.auxiliary_loss import discard_auxiliary_losses, pop_auxiliary_loss
 from recombine.models.layers.decoder_layer import DECODER_ATTENTION_KINDS, DecoderLayer
 from recombine.models.layers.encoder_layer import EncoderLayer
 from recombine.models.layers.feed_forward import FeedForwardChoice
@@ -203,6 +203,7 @@ class TransformerSeq2Seq(nn.Module):
         """Teacher-forced logits ``[B, T, n_classes + 1]`` for the decoder input ``tgt_in [B, T]`` (``[SOS] +
         y``). Positions from ``tgt_len`` on are padding: the causal mask keeps them from influencing
         earlier positions, and they are not computed at all (their logits are 0)."""
+        discard_auxiliary_losses(self)  # terms of an earlier forward whose loss was never collected
         memory, padding = self.encode(src, src_len)
         return self.decode(memory, padding, tgt_in, tgt_len=tgt_len)
 

@@ -159,7 +159,6 @@ def read_babi(config: BabiConfig) -> dict[str, list[BabiStory]]:
     if not directory.is_dir():
         raise UserError(f"bAbI directory {directory} not found; {_download_hint(directory)}")
     parts: dict[str, list[BabiStory]] = {part: [] for part in PARTS}
-    rng = np.random.default_rng([config.seed, 7])
     for task in config.tasks:
         paths = {part: task_file(directory, task, part) for part in PARTS}
         for part in ("train", "test"):
@@ -172,6 +171,7 @@ def read_babi(config: BabiConfig) -> dict[str, list[BabiStory]]:
         if valid_path is not None:
             valid = read_babi_file(valid_path, task)
         else:  # en / en-10k: hold a seeded part of the training stories out
+            rng = np.random.default_rng([config.seed, 7, task])  # per task: the same split in any task set
             held_out = set(rng.permutation(len(train))[: max(1, round(config.valid_fraction * len(train)))])
             valid = [story for i, story in enumerate(train) if i in held_out]
             train = [story for i, story in enumerate(train) if i not in held_out]

@@ -42,4 +42,6 @@ def test_packed_decoder_layer_equals_padded_layer_at_real_positions() -> None:
         (grad_padded,) = torch.autograd.grad((padded * weights).sum(), h)
         (grad_packed,) = torch.autograd.grad((packed * weights).sum(), h)
         torch.testing.assert_close(grad_packed, grad_padded)
-        assert (grad_packed[~real] == 0).all()  # padded positions influence no real one
+        assert (
+            grad_padded[~real] == 0
+        ).all()  # in the padded layer, too, padding influences no real position

@@ -30,7 +30,7 @@ from torch import nn
 
 from recombine.models.layers.kv_cache import KeyValueCache
 from recombine.models.layers.positional import sinusoidal_embedding
-from recombine.models.layers.softmax_attention import causal_mask
+from recombine.models.layers.softmax_attention import hidden_keys
 from recombine.models.layers.token_packing import TokenPacking
 
 
@@ -97,10 +97,7 @@ class RelativeSelfAttention(nn.Module):
             r = torch.sigmoid(gate).transpose(1, 2).unsqueeze(-1)  # [B, H, N, 1]
             position = r * position + (1 - r) * absolute
 
-        hidden = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
-        if causal and length > 1:  # one query is the newest position: it sees every key
-            future = causal_mask(length, n_keys, q.device)
-            hidden = future if hidden is None else hidden | future
+        hidden = hidden_keys(key_padding_mask, causal, length, n_keys, q.device)
         logits = (content_query @ k.transpose(-1, -2) + position) * self.d_head**-0.5
         if hidden is not None:
             logits = logits.masked_fill(hidden, float("-inf"))

@@ -37,6 +37,18 @@ def causal_mask(n_queries: int, n_keys: int, device: torch.device) -> torch.Tens
     return torch.arange(n_keys, device=device)[None, :] > i[:, None]
 
 
+def hidden_keys(
+    key_padding_mask: torch.Tensor | None, causal: bool, n_queries: int, n_keys: int, device: torch.device
+) -> torch.Tensor | None:
+    """Bool, broadcastable to ``[B, heads, n_queries, n_keys]``: True where a query must not see a key
+    (a padded key, or with ``causal`` a future one); None when every key is visible."""
+    hidden = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+    if causal and n_queries > 1:  # one query is the newest position: it sees every key
+        future = causal_mask(n_queries, n_keys, device)
+        hidden = future if hidden is None else hidden | future
+    return hidden
+
+
 class SoftmaxSelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
         super().__init__()
@@ -92,10 +104,7 @@ class SoftmaxSelfAttention(nn.Module):
                     cache.append(k, v)
         batch, _, length, _ = q.shape
         q = self.dropout(q)
-        hidden = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
-        if causal and length > 1:  # one query is the newest position: it sees every key
-            future = causal_mask(length, k.shape[2], h.device)
-            hidden = future if hidden is None else hidden | future
+        hidden = hidden_keys(key_padding_mask, causal, length, k.shape[2], h.device)
         if need_weights:
             logits = (q @ k.transpose(-1, -2)) * self.d_head**-0.5
             if hidden is not None:
