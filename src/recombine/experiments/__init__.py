@@ -19,6 +19,7 @@ from recombine.experiments.scripted_reproduction import ScriptedReproduction
 from recombine.experiments.sim_diffusion import SIM_DIFFUSION
 from recombine.experiments.sim_seeds import SIM_LINEAR, SIM_MLP
 from recombine.experiments.smfr_algo import SMFRAlgoSeedsConfig, run_algo_seeds
+from recombine.experiments.smfr_bpmnist import SMFR_BPMNIST
 from recombine.experiments.smfr_double_add import SMFRDoubleAddConfig, run_double_addition
 from recombine.experiments.smfr_interference import SMFRInterferenceConfig, run_interference
 from recombine.probes.mask_analysis_double_add import MaskDoubleAddReproductionConfig, run_masks_double_add
@@ -111,6 +112,7 @@ SCRIPTED = [
     SIM_DIFFUSION,
     DNC_REPEAT_COPY,
     DNC_ASSOC_RECALL,
+    SMFR_BPMNIST,
 ]
 
 REPRODUCTIONS: dict[str, Reproduction | ScriptedReproduction] = {
