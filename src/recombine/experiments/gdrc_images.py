@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -130,7 +131,8 @@ def predict(model: nn.Module, images: np.ndarray, batch_size: int = 1000) -> np.
     return np.concatenate(out)
 
 
-def first_step_reaching(steps: list[int], values: list[float], threshold: float) -> int | None:
+def first_step_reaching(steps: Sequence[int], values: Sequence[float], threshold: float) -> int | None:
+    """The first of ``steps`` whose value reaches ``threshold``; None if none does."""
     for step, value in zip(steps, values, strict=True):
         if value >= threshold:
             return step

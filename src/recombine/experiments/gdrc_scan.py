@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.gdrc_images import first_step_reaching
 from recombine.experiments.progress import training_bar, trial_done
 from recombine.experiments.scripted_reproduction import ScriptedReproduction
 from recombine.models.lstm_seq2seq import LSTMSeq2Seq, LSTMSeq2SeqConfig
@@ -196,13 +197,6 @@ class ScanRun:
     @property
     def generalization_gap(self) -> float:
         return self.final["train"] - self.final["test"]
-
-
-def first_step_reaching(steps: Sequence[int], values: Sequence[float], threshold: float) -> int | None:
-    for step, value in zip(steps, values, strict=True):
-        if value >= threshold:
-            return step
-    return None
 
 
 def train_scan_setting(config: GDRCScanConfig, setting: str, seed: int) -> ScanRun:
