@@ -435,61 +435,14 @@ def steps_to_threshold(train_loss: np.ndarray, threshold: float, smooth: int) ->
 
 
 @dataclass
-class DNCRepeatCopyConfig:
-    """``dnc-repeat-copy``: DNC vs DNC-DS vs DNC-MDS on repeated copy longer than the memory (thesis
-    Figs. 2.3-2.4), at a CPU scale: ``min_repeats..max_repeats`` copies of ``min_length..max_length``
-    words of ``width`` bits, always more words than ``n_cells``."""
+class DNCComparisonConfig:
+    """What every DNC-variant comparison shares: the seeds and variants, the memory, the optimiser and the
+    convergence threshold. :class:`DNCRepeatCopyConfig` and :class:`DNCAssocRecallConfig` add their task's
+    fields and change some defaults."""
 
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    variants: list[str] = field(default_factory=lambda: ["dnc", "dnc_ds", "dnc_mds"])
-    width: int = 6
-    min_length: int = 1
-    max_length: int = 4
-    min_repeats: int = 2
-    max_repeats: int = 4
-    n_cells: int = 6
-    cell_width: int = 16
-    d_controller: int = 32
-    n_read_heads: int = 1
-    steps: int = 1000
-    batch_size: int = 16
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    eval_every: int = 100
-    eval_size: int = 64
-    threshold_fraction: float = 0.1  # loss threshold = this x the chance loss (answer bits x ln 2)
-    smooth: int = 50  # moving-average window of the training loss (threshold and figure)
-    threads: int = 1
-
-    def __post_init__(self) -> None:
-        _check_variants(self.variants)
-        if not self.seeds:
-            raise UserError("need at least one seed")
-        if not 0.0 < self.threshold_fraction < 1.0 or self.smooth < 1:
-            raise UserError("threshold_fraction must be in (0, 1) and smooth >= 1")
-        self.task()  # validates the task fields
-
-    def task(self) -> RepeatedCopyConfig:
-        return RepeatedCopyConfig(
-            width=self.width,
-            length_range=(self.min_length, self.max_length),
-            repeats_range=(self.min_repeats, self.max_repeats),
-            exceed_memory=self.n_cells,
-        )
-
-
-@dataclass
-class DNCAssocRecallConfig:
-    """``dnc-assoc-recall``: DNC vs DNC-M on associative recall (thesis Fig. 2.2a: masking speeds up
-    convergence), at a CPU scale: ``min_blocks..max_blocks`` blocks of ``block_words`` words of
-    ``width`` bits."""
-
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    variants: list[str] = field(default_factory=lambda: ["dnc", "dnc_m"])
-    width: int = 6
-    block_words: int = 2
-    min_blocks: int = 2
-    max_blocks: int = 4
+    variants: list[str] = field(default_factory=lambda: ["dnc"])
+    width: int = 6  # bits per word
     n_cells: int = 16
     cell_width: int = 16
     d_controller: int = 64
@@ -501,7 +454,7 @@ class DNCAssocRecallConfig:
     eval_every: int = 100
     eval_size: int = 64
     threshold_fraction: float = 0.2  # loss threshold = this x the chance loss (answer bits x ln 2)
-    smooth: int = 50
+    smooth: int = 50  # moving-average window of the training loss (threshold and figure)
     threads: int = 1
 
     def __post_init__(self) -> None:
@@ -510,7 +463,47 @@ class DNCAssocRecallConfig:
             raise UserError("need at least one seed")
         if not 0.0 < self.threshold_fraction < 1.0 or self.smooth < 1:
             raise UserError("threshold_fraction must be in (0, 1) and smooth >= 1")
-        self.task()
+        self.task()  # validates the task fields
+
+    def task(self) -> MemoryTaskConfig:
+        raise NotImplementedError
+
+
+@dataclass
+class DNCRepeatCopyConfig(DNCComparisonConfig):
+    """``dnc-repeat-copy``: DNC vs DNC-DS vs DNC-MDS on repeated copy longer than the memory (thesis
+    Figs. 2.3-2.4), at a CPU scale: ``min_repeats..max_repeats`` copies of ``min_length..max_length``
+    words of ``width`` bits, always more words than ``n_cells``."""
+
+    variants: list[str] = field(default_factory=lambda: ["dnc", "dnc_ds", "dnc_mds"])
+    n_cells: int = 6
+    d_controller: int = 32
+    steps: int = 1000
+    threshold_fraction: float = 0.1
+    min_length: int = 1
+    max_length: int = 4
+    min_repeats: int = 2
+    max_repeats: int = 4
+
+    def task(self) -> RepeatedCopyConfig:
+        return RepeatedCopyConfig(
+            width=self.width,
+            length_range=(self.min_length, self.max_length),
+            repeats_range=(self.min_repeats, self.max_repeats),
+            exceed_memory=self.n_cells,
+        )
+
+
+@dataclass
+class DNCAssocRecallConfig(DNCComparisonConfig):
+    """``dnc-assoc-recall``: DNC vs DNC-M on associative recall (thesis Fig. 2.2a: masking speeds up
+    convergence), at a CPU scale: ``min_blocks..max_blocks`` blocks of ``block_words`` words of
+    ``width`` bits."""
+
+    variants: list[str] = field(default_factory=lambda: ["dnc", "dnc_m"])
+    block_words: int = 2
+    min_blocks: int = 2
+    max_blocks: int = 4
 
     def task(self) -> AssociativeRecallConfig:
         return AssociativeRecallConfig(
@@ -518,7 +511,7 @@ class DNCAssocRecallConfig:
         )
 
 
-ReproductionConfig = DNCRepeatCopyConfig | DNCAssocRecallConfig
+ReproductionConfig = DNCComparisonConfig
 
 
 def _check_variants(variants: list[str]) -> None:
