@@ -9,7 +9,11 @@ import pytest
 import torch
 
 from recombine.errors import UserError
-from recombine.models.layers.multiplexer import Multiplexer, straight_through_gumbel_softmax
+from recombine.models.layers.multiplexer import (
+    Multiplexer,
+    multiplexer_logit_bias,
+    straight_through_gumbel_softmax,
+)
 from recombine.models.layers.saturation_regularizer import saturation_loss
 
 
@@ -94,6 +98,28 @@ def test_straight_through_gradient_equals_the_softmax_gradient() -> None:
         dtype=torch.float64,
     )
     torch.testing.assert_close(logits.grad[0], expected)
+
+
+def test_logit_bias_is_added_in_training_mode_only_and_cleared_on_exit() -> None:
+    """The external routing bias of SMFR_bias (BLOCK 5.4): logits + bias while training, untouched in eval."""
+    torch.manual_seed(0)
+    mux = Multiplexer(n_inputs=4, n_outputs=3, block_size=5, fnn_width=16)
+    x = torch.randn(6, 4, 5)
+    plain = mux(x).logits
+    bias = torch.zeros(6, 3, 4)
+    bias[:, 0, 2] = 5.0
+    with multiplexer_logit_bias(mux, bias):
+        biased = mux(x)
+        assert torch.equal(biased.logits, plain + bias)
+        assert torch.equal(biased.weights, torch.softmax(plain + bias, dim=-1))
+        mux.eval()
+        assert torch.equal(mux(x).logits, plain)
+        mux.train()
+    assert mux.logit_bias is None
+    assert torch.equal(mux(x).logits, plain)
+    assert "logit_bias" not in mux.state_dict()
+    with pytest.raises(ValueError, match=r"must end in \[3, 4\]"), multiplexer_logit_bias(mux, bias[..., :3]):
+        pass
 
 
 def test_unknown_routing_is_a_user_error() -> None:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from recombine.models.fnn import FNNConfig
+from recombine.probes.mask_analysis_common import format_mean_std
 from recombine.probes.mask_analysis_double_add import (
     DoubleAddAnalysisConfig,
     DoubleAddAnalysisResult,
@@ -125,15 +126,22 @@ def test_reproduction_writes_report_results_and_figure_with_mean_and_std_over_se
     results = run_double_add_reproduction(_config(train_steps=40, mask_steps=10), seeds=[0, 1], out=tmp_path)
     assert {p.name for p in tmp_path.iterdir()} == {"report.md", "results.json", "sharing.png"}
     stored = json.loads((tmp_path / "results.json").read_text())
-    assert stored["seeds"] == [0, 1] and set(stored["per_seed"]) == {"0", "1"}
-    values = [stored["per_seed"][s]["accuracy"]["~pair1"]["pair2"] for s in ("0", "1")]
-    mean, std = stored["mean_std"]["accuracy"]["~pair1"]["pair2"]
+    assert stored["seeds"] == [0, 1] and list(stored["architectures"]) == ["fnn"]
+    fnn = stored["architectures"]["fnn"]
+    assert set(fnn["per_seed"]) == {"0", "1"}
+    values = [fnn["per_seed"][s]["accuracy"]["~pair1"]["pair2"] for s in ("0", "1")]
+    mean, std = fnn["mean_std"]["accuracy"]["~pair1"]["pair2"]
     assert mean == pytest.approx(np.mean(values)) and std == pytest.approx(np.std(values, ddof=1))
-    shared = [stored["per_seed"][s]["sharing"]["layers.1.weight"]["shared_of_pair1"] for s in ("0", "1")]
-    assert stored["mean_std"]["sharing"]["layers.1.weight"]["shared_of_pair1"][0] == pytest.approx(
+    shared = [fnn["per_seed"][s]["sharing"]["layers.1.weight"]["shared_of_pair1"] for s in ("0", "1")]
+    assert fnn["mean_std"]["sharing"]["layers.1.weight"]["shared_of_pair1"][0] == pytest.approx(
         np.mean(shared)
     )
-    assert stored["thesis"]["table_3_1_fnn"]["~pair1"]["pair2"] == [94.0, 6.7]
+    assert stored["thesis"]["table_3_1"]["fnn"]["~pair1"]["pair2"] == [94.0, 6.7]
+    assert stored["thesis"]["table_3_1"]["lstm_forced"]["~pair1"]["pair2"] == [96.0, 4.1]
     report = (tmp_path / "report.md").read_text()
-    assert "| ~pair1 |" in report and "94 ± 6.7" in report
-    assert results["per_seed"]["1"]["iou"] == pytest.approx(stored["per_seed"]["1"]["iou"], nan_ok=True)
+    row = next(line for line in report.splitlines() if line.startswith("| fnn | ~pair1 |"))
+    pair1 = format_mean_std(fnn["mean_std"]["accuracy"]["~pair1"]["pair1"])
+    assert row == f"| fnn | ~pair1 | {pair1} | 20 ± 12.7 | {format_mean_std((mean, std))} | 94 ± 6.7 |"
+    assert results["architectures"]["fnn"]["per_seed"]["1"]["iou"] == pytest.approx(
+        fnn["per_seed"]["1"]["iou"], nan_ok=True
+    )

@@ -6,7 +6,10 @@ own training loop (:class:`ScriptedReproduction`, e.g. ``smfr-algo``).
 
 from __future__ import annotations
 
+import dataclasses
+
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.block_architecture_grid import BlockArchitectureGrid
 from recombine.experiments.dnc_ctl import DNC_CTL
 from recombine.experiments.dnc_memory import DNC_ASSOC_RECALL, DNC_REPEAT_COPY
 from recombine.experiments.gdrc_images import GDRCImagesConfig, run_gdrc_images
@@ -19,9 +22,12 @@ from recombine.experiments.scripted_reproduction import ScriptedReproduction
 from recombine.experiments.sim_diffusion import SIM_DIFFUSION
 from recombine.experiments.sim_seeds import SIM_LINEAR, SIM_MLP
 from recombine.experiments.smfr_algo import SMFRAlgoSeedsConfig, run_algo_seeds
+from recombine.experiments.smfr_algo_grid import SMFRAlgoGridConfig, run_algo_grid
 from recombine.experiments.smfr_bpmnist import SMFR_BPMNIST
 from recombine.experiments.smfr_double_add import SMFRDoubleAddConfig, run_double_addition
 from recombine.experiments.smfr_interference import SMFRInterferenceConfig, run_interference
+from recombine.experiments.smfr_interference_grid import SMFRInterferenceGridConfig, run_interference_grid
+from recombine.probes.mask_analysis_addmul import MaskAddMulReproductionConfig, run_masks_addmul
 from recombine.probes.mask_analysis_double_add import MaskDoubleAddReproductionConfig, run_masks_double_add
 
 SCRIPTED = [
@@ -50,6 +56,55 @@ SCRIPTED = [
         run_interference,
         defaults={"max_preparation_steps": 8000},
         quick={"max_preparation_steps": 100, "interference_steps": 50, "check_every": 5},
+    ),
+    ScriptedReproduction(
+        "smfr-algo-grid",
+        "ALGO over a CPU subset of the A.2.3 architecture grid, per family and model size "
+        "(BLOCK Tab. 7, Tab. 2)",
+        "BLOCK A.2.3, Tab. 7, Tab. 2, Fig. 4",
+        SMFRAlgoGridConfig,
+        run_algo_grid,
+        defaults={
+            "grid": dataclasses.asdict(BlockArchitectureGrid.algo_cpu_subset()),
+            "base": {"steps": 20000, "eval_every": 2000},
+        },
+        quick={
+            "grid": {  # FNN 1x300 / 2x300 / 4x300: one model per size bucket
+                "fnn_widths": [300],
+                "fnn_depths": [1, 2, 4],
+                "smfr_widths": [2],
+                "smfr_depths": [0, 1],
+                "smfr_fnn_depths": [1],
+                "smfr_routings": ["softmax"],
+                "transformer_heads": [1],
+                "transformer_dims": [16],
+                "transformer_layers": [1],
+                "transformer_d_model": 8,
+            },
+            "base": {"steps": 20, "eval_every": 10, "task": {"n_train": 256, "n_eval": 32}},
+        },
+    ),
+    ScriptedReproduction(
+        "smfr-interference-grid",
+        "add/mul interference over a CPU subset of the A.2.1 architecture grid, per family and model size "
+        "(BLOCK Tab. 4, Tab. 5)",
+        "BLOCK A.2.1, Tab. 4, Tab. 5",
+        SMFRInterferenceGridConfig,
+        run_interference_grid,
+        defaults={"grid": dataclasses.asdict(BlockArchitectureGrid.interference_cpu_subset())},
+        quick={
+            "grid": {  # FNN 1x300 / 2x300 / 4x300: one model per size bucket
+                "fnn_widths": [300],
+                "fnn_depths": [1, 2, 4],
+                "smfr_widths": [1],
+                "smfr_depths": [1],
+                "smfr_fnn_depths": [1],
+                "smfr_routings": ["softmax", "gumbel"],
+            },
+            "max_preparation_steps": 150,
+            "interference_steps": 20,
+            "training": {"lr": 0.01},  # reaches most thresholds within 150 steps
+        },
     ),
     ScriptedReproduction(
         "gdrc-images",
@@ -104,6 +159,22 @@ SCRIPTED = [
         run_masks_double_add,
         quick={
             "analysis": {"train_steps": 100, "mask": {"steps": 50}, "task": {"n_train": 2000, "n_test": 200}}
+        },
+    ),
+    ScriptedReproduction(
+        "masks-addmul",
+        "weight masks on add/mul, FNN and LSTM: add and mul share the I/O layers more than hidden ones",
+        "Csordás thesis 3.2.1, Fig. 3.1, 3.2, Tab. B.1",
+        MaskAddMulReproductionConfig,
+        run_masks_addmul,
+        quick={
+            "analysis": {
+                "train_steps": 100,
+                "mask": {"steps": 20},
+                "model": {"hidden_sizes": [64, 64]},
+                "lstm": {"hidden_size": 32},
+                "task": {"n_train": 2000, "n_test": 200},
+            }
         },
     ),
     GDRC_SCAN,

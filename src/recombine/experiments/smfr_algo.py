@@ -35,9 +35,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.block_digit_training import BlockArchitecture
 from recombine.experiments.progress import training_bar, trial_done
 from recombine.models.layers.saturation_regularizer import SATURATION_THRESHOLD, saturation_loss
-from recombine.models.smfr import BLOCK_MODELS, BlockShape, build_block_model, count_parameters
+from recombine.models.smfr import BlockShape, build_block_model, count_parameters
 from recombine.runs.aggregate import SeedSummary
 from recombine.tasks.algo import (
     N_VARIABLES,
@@ -199,17 +200,8 @@ def train_algo(config: SMFRAlgoConfig) -> AlgoResult:
     )
 
 
-@dataclass
-class AlgoArchitecture:
-    """One row of the multi-seed table: a block model and its config (``recombine.models.smfr``)."""
-
-    label: str
-    model: str
-    model_config: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.model not in BLOCK_MODELS:
-            raise UserError(f"unknown block model {self.model!r}; {choices_hint(self.model, BLOCK_MODELS)}")
+#: one row of the multi-seed table: the block model and config shared with the digit tasks
+AlgoArchitecture = BlockArchitecture
 
 
 def default_algo_architectures() -> list[AlgoArchitecture]:

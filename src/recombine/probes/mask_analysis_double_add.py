@@ -1,48 +1,79 @@
-"""Double-addition weight-mask analysis with an FNN: is addition reused across two pairs? (thesis 3.2.2).
+"""Double-addition weight-mask analysis, FNN and LSTMs: is addition reused across two pairs? (thesis 3.2.2).
 
 Task (thesis 3.2.2, :func:`recombine.tasks.addmul.build_double_addition`): ``a + b`` and ``c + d``
-modulo 100 on separate units, 80 inputs and 40 outputs. The FNN variant feeds one pair at a time: "for
-the FNN, we perform two forward passes. In each pass, we feed only one pair of numbers to the network
-(either a, b or c, d), while zeroing out the other" (thesis 3.2.2). Every example therefore gives two
-*passes*; pass ``p`` has the other pair zeroed (:func:`~recombine.tasks.addmul.only_pair`) and is
-scored on pair ``p``'s 20 output logits only. Training on the full task trains on both passes of every
-example; the mask for pair ``p`` trains on pair ``p``'s passes only.
+modulo 100 on separate units, 80 inputs and 40 outputs (pair 1 is the first half of both).
 
-Protocol (thesis 3.2.2, B.3.4, B.3.5): train the FNN on the full task, freeze it, train a mask on the
-full task (the B.3.3 sanity check), one on pair 1 and one on pair 2, then report
+Architectures (``architecture``; all map the 80 inputs to the 40 output logits):
+
+* ``fnn``: "for the FNN, we perform two forward passes. In each pass, we feed only one pair of numbers
+  to the network (either a, b or c, d), while zeroing out the other" (3.2.2). Every example therefore
+  gives two *passes*; pass ``p`` has the other pair zeroed (:func:`~recombine.tasks.addmul.only_pair`)
+  and is scored on pair ``p``'s 20 output logits only. Training and evaluation use both passes.
+* ``lstm_together``, the thesis's "LSTM" row of Tab. 3.1: "both pairs are presented together for a
+  fixed number of steps, and the result is the final output" (3.2.2); "both tuples are presented for
+  all 6 steps and the output is read from the last step" (B.3.5)
+  (:class:`~recombine.models.arithmetic_lstm.RepeatedInputLSTM`, ``2 * lstm.steps`` steps).
+* ``lstm_forced``, "LSTM (forced)": "feeding a single pair for multiple steps with the other zeroed out,
+  and then read its output. This procedure is then repeated for the second pair without resetting the
+  state" (3.2.2); pair 1 for the first 3 steps, read at the 3rd, pair 2 for the next 3, read at the 6th
+  (B.3.5) (:class:`~recombine.models.arithmetic_lstm.PairByPairLSTM`).
+
+The LSTMs train on the full input, scored on both pairs, and are evaluated on the full input. The mask
+for pair ``p`` trains on pair ``p``'s examples with the other pair's inputs zeroed, scored on pair
+``p`` only, for every architecture (for the FNN these are its pair-``p`` passes; for the LSTMs this
+follows the authors' public code, which zeroes the other tuple while a tuple's mask trains).
+
+Protocol (thesis 3.2.2, B.3.4, B.3.5): train the network on the full task, freeze it, train a mask on
+the full task (the B.3.3 sanity check), one on pair 1 and one on pair 2, then report
 
 * accuracy on each pair under each mask and each inverted mask (thesis Tab. 3.1: columns ``full``,
   ``pair1``, ``~pair1``, ``pair2``, ``~pair2``; ``none`` is the unmasked model). The key result: the
-  inverted pair-1 mask (every weight pair 1 needs removed) keeps pair 2 accurate (94 +- 6.7 %);
+  inverted pair-1 mask (every weight pair 1 needs removed) keeps pair 2 accurate (FNN 94 +- 6.7 %,
+  LSTM 100 +- 0.2 %, LSTM forced 96 +- 4.1 %);
 * the hidden-layer inversion of Tab. B.2 (``hidden~pair1``, ``hidden~pair2``): the mask inverted on the
-  hidden layers only, the full-task mask on the input and output layers (thesis B.3.5);
+  hidden layers only, the full-task mask on the input and output layers (the first and last masked
+  weight matrices; thesis B.3.5);
 * per-layer sharing between the pair-1 and pair-2 masks (thesis Fig. 3.3: "the first and last layers
   have no shared weights"), with IoU and IoMin per layer and over all layers (thesis 3.1).
 
-:func:`run_double_add_reproduction` repeats this over seeds and writes ``report.md`` (mean +- std, the
-thesis's numbers next to ours), ``results.json`` and ``sharing.png`` (Fig. 3.3 style, mean +- std).
+:func:`run_double_add_reproduction` repeats this over architectures and seeds and writes ``report.md``
+(mean +- std, the thesis's numbers next to ours), ``results.json`` and ``sharing.png`` (Fig. 3.3 style,
+mean +- std, one panel per architecture).
 
-Thesis scale (B.3.4, B.3.5): the FNN of B.3.4 (5 layers of 2000), 20k training steps, 20k steps per mask,
-mask lr 1e-2, ``beta = 4e-4`` (``alpha = beta / 128``). The defaults here are the B.3.4 "small" network
-(hidden sizes 400, 400, 200) with the thesis's step counts; :func:`cpu_scale_config` is the
-scale that runs 3 seeds in minutes on one CPU thread.
+Thesis scale (B.3.4, B.3.5): the FNN of B.3.4 (5 layers of 2000) or an LSTM with a 256 state, 20k
+training steps, 20k steps per mask, mask lr 1e-2, ``beta = 4e-4`` for the FNN (``alpha = beta / 128``).
+The defaults here are the B.3.4 "small" network (hidden sizes 400, 400, 200) with the thesis's step
+counts; :func:`cpu_scale_config` is the scale that runs 3 seeds in minutes on one CPU thread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from recombine.errors import UserError
+from recombine.models.arithmetic_lstm import ArithmeticLSTMConfig, PairByPairLSTM, RepeatedInputLSTM
 from recombine.models.fnn import FeedForwardNetwork, FNNConfig
+from recombine.probes.mask_analysis_common import (
+    accuracy_table,
+    check_choice,
+    format_mean_std,
+    mean_std_tree,
+    plot_sharing_panels,
+    random_batches,
+    sharing_summary,
+    train_model,
+    wall_time_note,
+)
 from recombine.probes.mask_sets import (
     LayerSharing,
     MaskSet,
@@ -51,6 +82,7 @@ from recombine.probes.mask_sets import (
     per_layer_sharing,
 )
 from recombine.probes.weight_masks import (
+    LossFunction,
     MaskedModel,
     MaskTrainingConfig,
     ModelOutput,
@@ -60,19 +92,48 @@ from recombine.probes.weight_masks import (
 from recombine.tasks.addmul import AddMulConfig, DoubleAdditionSplit, build_double_addition, only_pair
 
 PAIRS = ("pair1", "pair2")
+#: ``fnn``: one pair per pass; ``lstm_together``: both pairs for all steps; ``lstm_forced``: pair by pair
+ARCHITECTURES = ("fnn", "lstm_together", "lstm_forced")
 
-#: Thesis Tab. 3.1, FNN row: accuracy [%] (mean, std over seeds) per mask column and pair.
-THESIS_TABLE_3_1: dict[str, dict[str, tuple[float, float]]] = {
-    "full": {"pair1": (100.0, 0.0), "pair2": (100.0, 0.0)},
-    "pair1": {"pair1": (100.0, 0.0), "pair2": (1.0, 0.1)},
-    "~pair1": {"pair1": (20.0, 12.7), "pair2": (94.0, 6.7)},
-    "pair2": {"pair1": (1.0, 0.1), "pair2": (100.0, 0.0)},
-    "~pair2": {"pair1": (92.0, 10.5), "pair2": (21.0, 11.0)},
+_T = tuple[float, float]
+#: Thesis Tab. 3.1: accuracy [%] (mean, std over 10 seeds) per architecture, mask column and pair.
+THESIS_TABLE_3_1: dict[str, dict[str, dict[str, _T]]] = {
+    "fnn": {
+        "full": {"pair1": (100.0, 0.0), "pair2": (100.0, 0.0)},
+        "pair1": {"pair1": (100.0, 0.0), "pair2": (1.0, 0.1)},
+        "~pair1": {"pair1": (20.0, 12.7), "pair2": (94.0, 6.7)},
+        "pair2": {"pair1": (1.0, 0.1), "pair2": (100.0, 0.0)},
+        "~pair2": {"pair1": (92.0, 10.5), "pair2": (21.0, 11.0)},
+    },
+    "lstm_together": {
+        "full": {"pair1": (100.0, 0.0), "pair2": (100.0, 0.0)},
+        "pair1": {"pair1": (100.0, 0.0), "pair2": (1.0, 0.1)},
+        "~pair1": {"pair1": (2.0, 0.5), "pair2": (100.0, 0.2)},
+        "pair2": {"pair1": (1.0, 0.1), "pair2": (100.0, 0.0)},
+        "~pair2": {"pair1": (99.0, 3.0), "pair2": (2.0, 0.3)},
+    },
+    "lstm_forced": {
+        "full": {"pair1": (100.0, 0.0), "pair2": (100.0, 0.1)},
+        "pair1": {"pair1": (100.0, 0.0), "pair2": (1.0, 0.1)},
+        "~pair1": {"pair1": (4.0, 0.8), "pair2": (96.0, 4.1)},
+        "pair2": {"pair1": (1.0, 0.1), "pair2": (100.0, 0.0)},
+        "~pair2": {"pair1": (99.0, 0.7), "pair2": (3.0, 0.6)},
+    },
 }
-#: Thesis Tab. B.2, FNN row: hidden layers inverted, the full-task mask on the input and output layers.
-THESIS_TABLE_B_2: dict[str, dict[str, tuple[float, float]]] = {
-    "hidden~pair1": {"pair1": (7.0, 4.0), "pair2": (62.0, 16.9)},
-    "hidden~pair2": {"pair1": (63.0, 15.9), "pair2": (8.0, 5.0)},
+#: Thesis Tab. B.2: hidden layers inverted, the full-task mask on the input and output layers.
+THESIS_TABLE_B_2: dict[str, dict[str, dict[str, _T]]] = {
+    "fnn": {
+        "hidden~pair1": {"pair1": (7.0, 4.0), "pair2": (62.0, 16.9)},
+        "hidden~pair2": {"pair1": (63.0, 15.9), "pair2": (8.0, 5.0)},
+    },
+    "lstm_together": {
+        "hidden~pair1": {"pair1": (16.0, 4.1), "pair2": (97.0, 4.9)},
+        "hidden~pair2": {"pair1": (99.0, 1.3), "pair2": (16.0, 5.9)},
+    },
+    "lstm_forced": {
+        "hidden~pair1": {"pair1": (25.0, 6.1), "pair2": (94.0, 4.2)},
+        "hidden~pair2": {"pair1": (76.0, 10.0), "pair2": (42.0, 14.7)},
+    },
 }
 
 
@@ -83,9 +144,11 @@ def _default_mask_config() -> MaskTrainingConfig:
 @dataclass
 class DoubleAddAnalysisConfig:
     task: AddMulConfig = field(default_factory=AddMulConfig)
-    model: FNNConfig = field(default_factory=lambda: FNNConfig(hidden_sizes=[400, 400, 200]))
+    architecture: str = "fnn"  # one of ARCHITECTURES
+    model: FNNConfig = field(default_factory=lambda: FNNConfig(hidden_sizes=[400, 400, 200]))  # the FNN
+    lstm: ArithmeticLSTMConfig = field(default_factory=ArithmeticLSTMConfig)  # B.3.5: 3 steps per pair
     train_steps: int = 20_000  # B.3.4
-    batch_size: int = 128  # examples per step (each gives two passes); B.3.2
+    batch_size: int = 128  # examples per step (an FNN example gives two passes); B.3.2
     learning_rate: float = 1e-3  # B.3.2
     grad_clip: float = 1.0  # B.3.2
     mask: MaskTrainingConfig = field(default_factory=_default_mask_config)
@@ -95,18 +158,29 @@ class DoubleAddAnalysisConfig:
     def __post_init__(self) -> None:
         if self.train_steps < 0 or self.batch_size < 1:
             raise UserError("train_steps must be >= 0 and batch_size >= 1")
+        check_choice("architecture", self.architecture, ARCHITECTURES)
 
 
 def cpu_scale_config() -> DoubleAddAnalysisConfig:
-    """The scale of the reported CPU numbers: 3 seeds in about 10 minutes on one thread."""
+    """The scale of the reported CPU numbers: 3 seeds in about 10 minutes on one thread (FNN)."""
     return DoubleAddAnalysisConfig(
         task=AddMulConfig(n_digits=2, n_train=100_000, n_test=2_000),
         model=FNNConfig(hidden_sizes=[256, 256, 128]),
+        lstm=ArithmeticLSTMConfig(hidden_size=256, n_layers=1, steps=3),
         train_steps=3_000,
         batch_size=128,
         learning_rate=1e-3,
         mask=MaskTrainingConfig(steps=2_000, learning_rate=2e-2, alpha=alpha_from_beta(1e-3, 128)),
     )
+
+
+def build_model(config: DoubleAddAnalysisConfig, n_inputs: int, n_outputs: int) -> torch.nn.Module:
+    """The configured architecture, ``[B, n_inputs] -> [B, n_outputs]`` logits."""
+    if config.architecture == "lstm_together":
+        return RepeatedInputLSTM(n_inputs, n_outputs, config.lstm, n_steps=2 * config.lstm.steps)
+    if config.architecture == "lstm_forced":
+        return PairByPairLSTM(n_inputs, n_outputs, config.lstm)
+    return FeedForwardNetwork(n_inputs, n_outputs, config.model)
 
 
 @dataclass
@@ -116,17 +190,12 @@ class DoubleAddAnalysisResult:
     iou: float  # over all masked weights
     iomin: float
     masks: dict[str, MaskSet]  # "full" (when trained), "pair1", "pair2"
-    model: FeedForwardNetwork
+    model: torch.nn.Module
     train_losses: list[float]
 
     def accuracy_table(self) -> str:
         """Markdown, one row per pair, one column per mask (thesis Tab. 3.1 layout)."""
-        columns = list(self.accuracy)
-        lines = ["| pair | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
-        for pair in PAIRS:
-            cells = " | ".join(f"{100 * self.accuracy[c][pair]:.0f}" for c in columns)
-            lines.append(f"| {pair} | {cells} |")
-        return "\n".join(lines)
+        return accuracy_table(self.accuracy, PAIRS, "pair")
 
     def summary(self) -> dict[str, object]:
         """JSON-ready numbers: accuracies, IoU/IoMin, per-layer sharing."""
@@ -135,17 +204,8 @@ class DoubleAddAnalysisResult:
             "iou": self.iou,
             "iomin": self.iomin,
             "kept_fraction": {name: mask.kept_fraction() for name, mask in self.masks.items()},
-            "sharing": {
-                layer: {
-                    **asdict(stats),
-                    "iou": stats.iou,
-                    "iomin": stats.iomin,
-                    "shared_of_pair1": stats.shared_of_a,
-                    "shared_of_pair2": stats.shared_of_b,
-                }
-                for layer, stats in self.sharing.items()
-            },
-            "final_train_loss": self.train_losses[-1] if self.train_losses else math.nan,
+            "sharing": sharing_summary(self.sharing, PAIRS),
+            "final_train_loss": self.train_losses[-1] if self.train_losses else float("nan"),
         }
 
 
@@ -177,56 +237,75 @@ def pair_loss(outputs: ModelOutput, targets: tuple[torch.Tensor, torch.Tensor]) 
     return F.cross_entropy(logits.reshape(-1, 10), digits.reshape(-1))
 
 
-def _pass_batches(
-    passes: tuple[np.ndarray, ...], batch_size: int, seed: int, device: str
+def both_pairs_loss(outputs: ModelOutput, digits: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over every digit of both sums, ``digits [B, 2, n]`` (the LSTMs' full task)."""
+    assert isinstance(outputs, torch.Tensor)
+    return F.cross_entropy(outputs.reshape(-1, 10), digits.reshape(-1))
+
+
+def _fnn_training_batches(
+    train: DoubleAdditionSplit, batch_size: int, seed: int, device: str
 ) -> Iterator[tuple[tuple[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]]:
-    inputs, digits, pair = (torch.as_tensor(a, device=device) for a in passes)
+    """Both passes of ``batch_size`` uniformly drawn examples per batch (thesis 3.2.2)."""
+    tensors = {p: [torch.as_tensor(a, device=device) for a in pair_passes(train, [p])] for p in (0, 1)}
     generator = torch.Generator().manual_seed(seed)
     while True:
-        index = torch.randint(len(inputs), (batch_size,), generator=generator).to(device)
-        yield (inputs[index],), (digits[index], pair[index])
+        index = torch.randint(len(train), (batch_size,), generator=generator).to(device)
+        inputs, digits, pair = (torch.cat([tensors[p][k][index] for p in (0, 1)]) for k in range(3))
+        yield (inputs,), (digits, pair)
 
 
 @torch.no_grad()
 def pair_accuracy(
-    model: torch.nn.Module, split: DoubleAdditionSplit, pair: int, n_digits: int, device: str = "cpu"
+    model: torch.nn.Module,
+    split: DoubleAdditionSplit,
+    pair: int,
+    n_digits: int,
+    device: str = "cpu",
+    alone: bool = True,
 ) -> float:
-    """Fraction of examples whose pair-``pair`` sum is right in every digit, pair fed alone."""
-    inputs, digits, pairs = (torch.as_tensor(a, device=device) for a in pair_passes(split, [pair]))
+    """Fraction of examples whose pair-``pair`` sum is right in every digit.
+
+    ``alone``: the pair fed with the other zeroed (the FNN's passes); otherwise the full input (LSTMs)."""
+    if alone:
+        inputs, digits, pairs = (torch.as_tensor(a, device=device) for a in pair_passes(split, [pair]))
+    else:
+        inputs = torch.as_tensor(split.inputs, device=device)
+        digits = torch.as_tensor(split.targets[:, pair], device=device)
+        pairs = torch.full((len(split),), pair, dtype=torch.int64, device=device)
     predicted = pair_logits(model(inputs), pairs, n_digits).argmax(-1)
     return float((predicted == digits).all(-1).float().mean())
 
 
-def train_fnn(
+def train_network(
     config: DoubleAddAnalysisConfig, train: DoubleAdditionSplit, seed: int
-) -> tuple[FeedForwardNetwork, list[float]]:
-    """The FNN on the full task: every step both passes of ``batch_size`` examples (thesis 3.2.2)."""
-    from recombine.experiments.progress import training_bar  # not at the top: the package imports us
-
+) -> tuple[torch.nn.Module, list[float]]:
+    """The network on the full task: the FNN on both passes of every example, an LSTM on the full input."""
     torch.manual_seed(seed)
-    n_digits = config.task.n_digits
-    model = FeedForwardNetwork(train.inputs.shape[1], 2 * 10 * n_digits, config.model).to(config.device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
-    passes = {p: pair_passes(train, [p]) for p in (0, 1)}
-    tensors = {p: [torch.as_tensor(a, device=config.device) for a in passes[p]] for p in (0, 1)}
-    generator = torch.Generator().manual_seed(seed)
-    losses = []
-    model.train()
-    with training_bar(config.train_steps, f"FNN seed {seed}") as bar:
-        for _ in range(config.train_steps):
-            index = torch.randint(len(train), (config.batch_size,), generator=generator).to(config.device)
-            inputs = torch.cat([tensors[p][0][index] for p in (0, 1)])
-            digits = torch.cat([tensors[p][1][index] for p in (0, 1)])
-            pair = torch.cat([tensors[p][2][index] for p in (0, 1)])
-            loss = pair_loss(model(inputs), (digits, pair))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
-            losses.append(float(loss.detach()))
-            bar.update()
-    return model.eval(), losses
+    model = build_model(config, train.inputs.shape[1], 2 * 10 * config.task.n_digits).to(config.device)
+    if config.architecture == "fnn":
+        batches: Iterator[Any] = _fnn_training_batches(train, config.batch_size, seed, config.device)
+        loss_fn: LossFunction = pair_loss  # type: ignore[assignment]
+    else:
+        batches = random_batches(train.inputs, train.targets, config.batch_size, seed, config.device)
+        loss_fn = both_pairs_loss
+    description = f"{config.architecture} seed {seed}"
+    losses = train_model(
+        model, batches, loss_fn, config.train_steps, config.learning_rate, config.grad_clip, description
+    )
+    return model, losses
+
+
+def _mask_data(
+    config: DoubleAddAnalysisConfig, train: DoubleAdditionSplit, target: str, seed: int
+) -> tuple[Iterator[Any], LossFunction]:
+    """The batches and loss of one mask target (``full``, ``pair1``, ``pair2``)."""
+    if target == "full" and config.architecture != "fnn":
+        batches = random_batches(train.inputs, train.targets, config.batch_size, seed, config.device)
+        return batches, both_pairs_loss
+    pairs = [0, 1] if target == "full" else [PAIRS.index(target)]
+    inputs, digits, pair = pair_passes(train, pairs)
+    return random_batches(inputs, (digits, pair), config.batch_size, seed, config.device), pair_loss  # type: ignore[return-value]
 
 
 def hidden_inversion(mask: MaskSet, full: MaskSet, io_layers: Sequence[str]) -> MaskSet:
@@ -235,19 +314,16 @@ def hidden_inversion(mask: MaskSet, full: MaskSet, io_layers: Sequence[str]) -> 
 
 
 def run_double_add_analysis(config: DoubleAddAnalysisConfig, seed: int = 0) -> DoubleAddAnalysisResult:
-    """Train the FNN and the masks; evaluate every mask and inverted mask on both pairs (Tab. 3.1)."""
+    """Train the network and the masks; evaluate every mask and inverted mask on both pairs (Tab. 3.1)."""
     splits = build_double_addition(config.task, seed)
     n_digits = config.task.n_digits
-    model, losses = train_fnn(config, splits["train"], seed)
+    model, losses = train_network(config, splits["train"], seed)
 
-    targets: dict[str, Sequence[int]] = {"pair1": [0], "pair2": [1]}
-    if config.full_mask:
-        targets = {"full": [0, 1], **targets}
+    targets = ["full", *PAIRS] if config.full_mask else list(PAIRS)
     masks: dict[str, MaskSet] = {}
-    for index, (target, pairs) in enumerate(targets.items()):
-        passes = pair_passes(splits["train"], pairs)
-        batches = _pass_batches(passes, config.batch_size, seed * 1000 + index + 1, config.device)
-        masks[target] = train_weight_mask(model, batches, pair_loss, config.mask, seed=seed + index).binary
+    for index, target in enumerate(targets):
+        batches, loss_fn = _mask_data(config, splits["train"], target, seed * 1000 + index + 1)
+        masks[target] = train_weight_mask(model, batches, loss_fn, config.mask, seed=seed + index).binary
 
     evaluated: dict[str, torch.nn.Module] = {"none": model}
     if "full" in masks:
@@ -262,9 +338,10 @@ def run_double_add_analysis(config: DoubleAddAnalysisConfig, seed: int = 0) -> D
             evaluated[f"hidden~{pair}"] = MaskedModel(
                 model, hidden_inversion(masks[pair], masks["full"], io_layers)
             )
+    alone = config.architecture == "fnn"
     accuracy = {
         name: {
-            pair: pair_accuracy(evaluated_model, splits["test"], index, n_digits, config.device)
+            pair: pair_accuracy(evaluated_model, splits["test"], index, n_digits, config.device, alone)
             for index, pair in enumerate(PAIRS)
         }
         for name, evaluated_model in evaluated.items()
@@ -280,159 +357,154 @@ def run_double_add_analysis(config: DoubleAddAnalysisConfig, seed: int = 0) -> D
     )
 
 
-# --- over seeds: report.md, results.json, sharing.png ---
+# --- over architectures and seeds: report.md, results.json, sharing.png ---
 
 
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    array = np.asarray(values, dtype=np.float64)
-    return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.0
-
-
-def aggregate(summaries: Sequence[dict[str, object]]) -> dict[str, object]:
-    """Mean and sample std over seeds of every accuracy, IoU/IoMin and per-layer sharing number."""
-    first = summaries[0]
-    accuracy = first["accuracy"]
-    sharing = first["sharing"]
-    assert isinstance(accuracy, dict) and isinstance(sharing, dict)
-    return {
-        "accuracy": {
-            mask: {
-                pair: _mean_std([s["accuracy"][mask][pair] for s in summaries])  # type: ignore[index]
-                for pair in PAIRS
-            }
-            for mask in accuracy
-        },
-        "iou": _mean_std([s["iou"] for s in summaries]),  # type: ignore[misc]
-        "iomin": _mean_std([s["iomin"] for s in summaries]),  # type: ignore[misc]
-        "sharing": {
-            layer: {
-                key: _mean_std([s["sharing"][layer][key] for s in summaries])  # type: ignore[index]
-                for key in ("iou", "iomin", "shared_of_pair1", "shared_of_pair2")
-            }
-            for layer in sharing
-        },
-    }
-
-
-def _cell(mean_std: tuple[float, float], scale: float = 100.0) -> str:
-    mean, std = mean_std
-    return f"{scale * mean:.0f} ± {scale * std:.1f}"
+def _scale_note(config: DoubleAddAnalysisConfig, architectures: Sequence[str], seeds: Sequence[int]) -> str:
+    mask = config.mask
+    parts = []
+    if "fnn" in architectures:
+        parts.append(f"FNN hidden sizes {config.model.hidden_sizes} (two passes per example)")
+    if any(a != "fnn" for a in architectures):
+        lstm = config.lstm
+        parts.append(f"LSTM {lstm.n_layers} x {lstm.hidden_size}, {lstm.steps} steps per pair")
+    return (
+        f"Seeds {list(seeds)}; mean ± std over seeds. {'; '.join(parts)}. {config.train_steps} training "
+        f"steps (batch {config.batch_size} examples, lr {config.learning_rate}), masks {config.mask.steps} "
+        f"steps (lr {mask.learning_rate}, alpha {mask.alpha:.3g}, {mask.n_samples} samples), modulo "
+        f"{config.task.modulus}, {config.task.n_test} test examples. Thesis: 5 x 2000 FNN / 256-unit LSTM, "
+        "20k steps, 20k mask steps, 10 seeds."
+    )
 
 
 def render_report(
-    config: DoubleAddAnalysisConfig, seeds: Sequence[int], aggregated: dict[str, object]
+    config: DoubleAddAnalysisConfig,
+    seeds: Sequence[int],
+    aggregated: Mapping[str, Mapping[str, Any]],
+    wall_seconds: float | None = None,
 ) -> str:
-    accuracy = aggregated["accuracy"]
-    sharing = aggregated["sharing"]
-    assert isinstance(accuracy, dict) and isinstance(sharing, dict)
-    thesis = {**THESIS_TABLE_3_1, **THESIS_TABLE_B_2}
+    """``aggregated[architecture]``: :func:`~.mask_analysis_common.mean_std_tree` of the seeds' summaries."""
     lines = [
-        "# Double addition: weight masks of an FNN (thesis Tab. 3.1, Tab. B.2, Fig. 3.3)",
+        "# Double addition: weight masks of an FNN and LSTMs (thesis Tab. 3.1, Tab. B.2, Fig. 3.3)",
         "",
-        f"Seeds {list(seeds)}; mean ± std over seeds. FNN hidden sizes {config.model.hidden_sizes}, "
-        f"{config.train_steps} training steps (batch {config.batch_size} examples, two passes each), "
-        f"masks {config.mask.steps} steps (lr {config.mask.learning_rate}, alpha {config.mask.alpha:.3g}, "
-        f"{config.mask.n_samples} samples), modulo {config.task.modulus}, "
-        f"{config.task.n_test} test examples.",
+        _scale_note(config, list(aggregated), seeds),
+        "",
+        wall_time_note(aggregated, wall_seconds),
         "",
         "Accuracy [%] on each pair; the column is the mask (`~`: inverted; `hidden~`: inverted on the hidden "
-        "layers, the full-task mask on the input and output layers, Tab. B.2). Thesis: FNN row of "
-        "Tab. 3.1 / B.2 (5 x 2000 FNN, 20k steps).",
+        "layers, the full-task mask on the input and output layers, Tab. B.2). Thesis: the row of Tab. 3.1 / "
+        "B.2 for the architecture (`fnn`: FNN, `lstm_together`: LSTM, `lstm_forced`: LSTM (forced)).",
         "",
-        "| mask | pair 1 (ours) | pair 1 (thesis) | pair 2 (ours) | pair 2 (thesis) |",
-        "|---|---|---|---|---|",
+        "| architecture | mask | pair 1 (ours) | pair 1 (thesis) | pair 2 (ours) | pair 2 (thesis) |",
+        "|---|---|---|---|---|---|",
     ]
-    for mask, per_pair in accuracy.items():
-        cells = []
-        for pair in PAIRS:
-            reference = thesis.get(mask, {}).get(pair)
-            cells += [_cell(per_pair[pair]), _cell(reference, 1.0) if reference else "-"]
-        lines.append(f"| {mask} | " + " | ".join(cells) + " |")
+    for architecture, stats in aggregated.items():
+        thesis = {**THESIS_TABLE_3_1.get(architecture, {}), **THESIS_TABLE_B_2.get(architecture, {})}
+        for mask, per_pair in stats["accuracy"].items():
+            cells = []
+            for pair in PAIRS:
+                reference = thesis.get(mask, {}).get(pair)
+                cells += [
+                    format_mean_std(per_pair[pair]),
+                    format_mean_std(reference, 1.0) if reference else "-",
+                ]
+            lines.append(f"| {architecture} | {mask} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        f"Sharing between the pair-1 and pair-2 masks over all masked weights: IoU "
-        f"{_cell(aggregated['iou'])} %, IoMin {_cell(aggregated['iomin'])} %. "  # type: ignore[arg-type]
-        "Thesis Fig. 3.3: low sharing, none in the first and last layers.",
+        "Sharing between the pair-1 and pair-2 masks. Thesis Fig. 3.3: low sharing, none in the first and "
+        "last layers.",
         "",
-        "| layer | IoU [%] | IoMin [%] | pair-1 weights shared [%] | pair-2 weights shared [%] |",
-        "|---|---|---|---|---|",
+        "| architecture | layer | IoU [%] | IoMin [%] | pair-1 weights shared [%] "
+        "| pair-2 weights shared [%] |",
+        "|---|---|---|---|---|---|",
     ]
-    for layer, stats in sharing.items():
-        keys = ("iou", "iomin", "shared_of_pair1", "shared_of_pair2")
-        lines.append(f"| {layer} | " + " | ".join(_cell(stats[k]) for k in keys) + " |")
+    keys = ("iou", "iomin", "shared_of_pair1", "shared_of_pair2")
+    for architecture, stats in aggregated.items():
+        cells = [format_mean_std(stats["iou"]), format_mean_std(stats["iomin"]), "", ""]
+        lines.append(f"| {architecture} | all | " + " | ".join(cells) + " |")
+        for layer, layer_stats in stats["sharing"].items():
+            lines.append(
+                f"| {architecture} | `{layer}` | "
+                + " | ".join(format_mean_std(layer_stats[k]) for k in keys)
+                + " |"
+            )
     lines += ["", "![per-layer sharing](sharing.png)", ""]
     return "\n".join(lines)
 
 
-def plot_mean_sharing(sharing: dict[str, dict[str, tuple[float, float]]], path: str | Path) -> Path:
-    """Fig. 3.3 style: shared-weight percentage per layer for each pair's mask, mean ± std over seeds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    layers = list(sharing)
-    positions = np.arange(len(layers))
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.9 * len(layers) + 1.5), 2.6))
-    width = 0.4
-    for offset, key, label in (
-        (-width / 2, "shared_of_pair1", "pair 1"),
-        (width / 2, "shared_of_pair2", "pair 2"),
-    ):
-        means = [100 * sharing[layer][key][0] for layer in layers]
-        stds = [100 * sharing[layer][key][1] for layer in layers]
-        ax.bar(positions + offset, means, width=width, yerr=stds, capsize=2, label=label)
-    ax.set_xticks(list(positions), layers, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("shared weights [%]")
-    ax.set_ylim(0, 100)
-    ax.legend(ncol=2, loc="upper center", fontsize=8)
-    ax.set_title("double addition, FNN", fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def run_double_add_reproduction(
-    config: DoubleAddAnalysisConfig, seeds: Sequence[int], out: str | Path
+    config: DoubleAddAnalysisConfig,
+    seeds: Sequence[int],
+    out: str | Path,
+    architectures: Sequence[str] | None = None,
 ) -> dict[str, object]:
-    """The analysis for every seed; writes ``report.md``, ``results.json``, ``sharing.png`` to ``out``."""
+    """The analysis for every architecture (default: ``config.architecture``) and seed.
+
+    Writes ``report.md``, ``results.json`` (``architectures[name]["per_seed" | "mean_std"]``) and
+    ``sharing.png`` to ``out``."""
     from recombine.experiments.progress import trial_done  # not at the top: the package imports us
 
     if not seeds:
         raise UserError("give at least one seed")
+    architectures = list(architectures or [config.architecture])
+    for architecture in architectures:
+        check_choice("architecture", architecture, ARCHITECTURES)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    per_seed: dict[int, dict[str, object]] = {}
-    for index, seed in enumerate(seeds, 1):
-        started = time.perf_counter()
-        per_seed[seed] = summary = run_double_add_analysis(config, seed).summary()
-        kept = summary["accuracy"]["~pair1"]["pair2"]  # type: ignore[index]
-        seconds = time.perf_counter() - started
-        trial_done(index, len(seeds), f"seed {seed}", seconds, f"pair 2 under ~pair1 {kept:.3f}")
-    aggregated = aggregate(list(per_seed.values()))
+    per_architecture: dict[str, dict[str, object]] = {}
+    aggregated: dict[str, Any] = {}
+    total, done = len(architectures) * len(seeds), 0
+    wall_started = time.perf_counter()
+    for architecture in architectures:
+        analysis = dataclasses.replace(config, architecture=architecture)
+        per_seed: dict[str, dict[str, object]] = {}
+        for seed in seeds:
+            started = time.perf_counter()
+            per_seed[str(seed)] = summary = run_double_add_analysis(analysis, seed).summary()
+            seconds = time.perf_counter() - started
+            summary["seconds"] = seconds
+            done += 1
+            kept = summary["accuracy"]["~pair1"]["pair2"]  # type: ignore[index]
+            trial_done(done, total, f"{architecture} seed {seed}", seconds, f"pair 2 under ~pair1 {kept:.3f}")
+        aggregated[architecture] = mean_std_tree(list(per_seed.values()))
+        per_architecture[architecture] = {"per_seed": per_seed, "mean_std": aggregated[architecture]}
     results = {
         "config": asdict(config),
         "seeds": list(seeds),
-        "per_seed": {str(seed): summary for seed, summary in per_seed.items()},
-        "mean_std": aggregated,
-        "thesis": {"table_3_1_fnn": THESIS_TABLE_3_1, "table_b_2_fnn": THESIS_TABLE_B_2},
+        "architectures": per_architecture,
+        "wall_seconds": time.perf_counter() - wall_started,
+        "torch": torch.__version__,
+        "thesis": {"table_3_1": THESIS_TABLE_3_1, "table_b_2": THESIS_TABLE_B_2},
     }
     (out / "results.json").write_text(json.dumps(results, indent=2, allow_nan=True))
-    (out / "report.md").write_text(render_report(config, seeds, aggregated))
-    plot_mean_sharing(aggregated["sharing"], out / "sharing.png")  # type: ignore[arg-type]
+    (out / "report.md").write_text(render_report(config, seeds, aggregated, results["wall_seconds"]))  # type: ignore[arg-type]
+    plot_sharing_panels(
+        {architecture: stats["sharing"] for architecture, stats in aggregated.items()},
+        [("shared_of_pair1", "pair 1"), ("shared_of_pair2", "pair 2")],
+        out / "sharing.png",
+        title="double addition: share of each pair's mask the other pair's mask keeps",
+    )
     return results
 
 
 @dataclass
 class MaskDoubleAddReproductionConfig:
-    """``recombine reproduce masks-double-add``: the analysis at :func:`cpu_scale_config` over ``seeds``."""
+    """``recombine reproduce masks-double-add``: :func:`cpu_scale_config` per architecture over ``seeds``.
+
+    ``architectures`` replaces ``analysis.architecture``: every listed one (``fnn``, ``lstm_together``,
+    ``lstm_forced``) runs with the same ``analysis`` settings."""
 
     analysis: DoubleAddAnalysisConfig = field(default_factory=cpu_scale_config)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    architectures: list[str] = field(default_factory=lambda: ["fnn"])
+
+    def __post_init__(self) -> None:
+        if not self.architectures:
+            raise UserError("give at least one architecture")
+        for architecture in self.architectures:
+            check_choice("architecture", architecture, ARCHITECTURES)
 
 
 def run_masks_double_add(out: str | Path, config: MaskDoubleAddReproductionConfig) -> dict[str, object]:
     """:func:`run_double_add_reproduction` in the ``run(out_dir, config)`` form of a scripted reproduction."""
-    return run_double_add_reproduction(config.analysis, config.seeds, out)
+    return run_double_add_reproduction(config.analysis, config.seeds, out, config.architectures)

@@ -18,6 +18,13 @@ backward pass the gradient of the soft ``softmax((L_n + g) / tau)``. The paper's
 exactly one more parameter per Multiplexer than the softmax ones (BLOCK Tab. 6: 54,966 vs 54,964
 with two Multiplexers); we read it as a learned temperature ``tau = exp(log_tau)``, initialised to 1.
 
+External routing bias (SMFR_bias, BLOCK 5.4: "equipped with an artificial bias for the first 300 training
+steps only"): :attr:`Multiplexer.logit_bias`, ``None`` by default, is a tensor broadcastable to
+``[batch, N, M]`` that is added to ``L`` before the softmax / Gumbel step, in training mode only (never in
+eval mode). It is not a parameter or buffer (not saved, never trained); a trainer sets it per batch with
+:func:`multiplexer_logit_bias`, which clears it again on exit. ``logits`` in the output are then the biased
+ones (what the softmax saw, and what the A.3 regulariser acts on).
+
 Contained FNNs (BLOCK A.2): ``depth`` hidden layers of ``width`` units (100 by default) with
 LeakyReLU(0.01). With these choices the parameter counts of BLOCK Tab. 6 are reproduced exactly
 (tests/models/test_smfr.py).
@@ -25,6 +32,8 @@ LeakyReLU(0.01). With these choices the parameter counts of BLOCK Tab. 6 are rep
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -103,12 +112,32 @@ class Multiplexer(nn.Module):
         )
         self.fnn = contained_fnn(n_inputs * block_size, n_outputs * n_inputs, fnn_width, fnn_depth)
         self.log_temperature = nn.Parameter(torch.zeros(())) if routing == "gumbel" else None
+        #: added to the routing logits in training mode only (SMFR_bias, BLOCK 5.4); see the module doc
+        self.logit_bias: torch.Tensor | None = None
 
     def forward(self, blocks: torch.Tensor) -> MultiplexerOutput:
         batch = blocks.shape[0]
         logits = self.fnn(blocks.reshape(batch, -1)).reshape(batch, self.n_outputs, self.n_inputs)
+        if self.logit_bias is not None and self.training:
+            logits = logits + self.logit_bias
         if self.log_temperature is None:
             weights = torch.softmax(logits, dim=-1)  # softmax over the M inputs, per output block
         else:
             weights = straight_through_gumbel_softmax(logits, self.log_temperature.exp(), noise=self.training)
         return MultiplexerOutput(torch.einsum("bnm,bmk->bnk", weights, blocks), weights, logits)
+
+
+@contextmanager
+def multiplexer_logit_bias(multiplexer: Multiplexer, bias: torch.Tensor | None) -> Iterator[Multiplexer]:
+    """Set ``multiplexer.logit_bias`` to ``bias`` (``[batch, N, M]`` or broadcastable; ``None``: no bias)
+    for the duration of the block, then clear it. The bias only acts in training mode."""
+    if bias is not None and tuple(bias.shape[-2:]) != (multiplexer.n_outputs, multiplexer.n_inputs):
+        expected = [multiplexer.n_outputs, multiplexer.n_inputs]
+        raise ValueError(
+            f"a Multiplexer logit bias must end in {expected} (outputs, inputs), got {list(bias.shape)}"
+        )
+    multiplexer.logit_bias = bias
+    try:
+        yield multiplexer
+    finally:
+        multiplexer.logit_bias = None

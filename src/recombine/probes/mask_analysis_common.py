@@ -1,0 +1,204 @@
+"""Pieces shared by the add/mul and double-addition mask analyses (thesis 3.2.1, 3.2.2).
+
+* :func:`random_batches`: an endless iterator of uniformly drawn ``((inputs,), targets)`` batches, the
+  form :func:`~recombine.probes.weight_masks.train_weight_mask` and :func:`train_model` read;
+* :func:`train_model`: the weight training before the freeze (Adam, gradient clipping; B.3.2);
+* :func:`accuracy_table`: one Markdown row per evaluated function, one column per mask;
+* :func:`mean_std_tree`: mean and sample std over seeds of every number in nested result dicts;
+* :func:`sharing_summary`: per-layer sharing counts and ratios as JSON-ready dicts;
+* :func:`plot_sharing_panels`: the per-layer sharing bars (thesis Figs. 3.1, 3.3), one panel per
+  architecture, mean ± std over seeds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from recombine.errors import UserError, choices_hint
+from recombine.probes.mask_sets import LayerSharing
+from recombine.probes.weight_masks import ModelOutput
+
+Targets = torch.Tensor | tuple[torch.Tensor, ...]
+MeanStd = tuple[float, float]
+
+
+def check_choice(field_name: str, value: str, choices: Sequence[str]) -> None:
+    """A UserError naming the valid choices unless ``value`` is one of them."""
+    if value not in choices:
+        raise UserError(f"unknown {field_name} {value!r}; {choices_hint(value, choices)}")
+
+
+def random_batches(
+    inputs: np.ndarray,
+    targets: np.ndarray | Sequence[np.ndarray],
+    batch_size: int,
+    seed: int,
+    device: str = "cpu",
+) -> Iterator[tuple[tuple[torch.Tensor], Targets]]:
+    """Endless batches of ``batch_size`` rows drawn uniformly with replacement: ``((x,), y)``.
+
+    ``targets`` is one array or a sequence of arrays (then ``y`` is a tuple), all indexed like
+    ``inputs``. The draws depend only on ``seed``."""
+    x = torch.as_tensor(inputs, device=device)
+    several = not isinstance(targets, np.ndarray)
+    ys = [torch.as_tensor(t, device=device) for t in (targets if several else [targets])]
+    if any(len(y) != len(x) for y in ys):
+        raise ValueError("inputs and targets must have the same number of rows")
+    generator = torch.Generator().manual_seed(seed)
+    while True:
+        index = torch.randint(len(x), (batch_size,), generator=generator).to(device)
+        picked = tuple(y[index] for y in ys)
+        yield (x[index],), (picked if several else picked[0])
+
+
+def train_model(
+    model: torch.nn.Module,
+    batches: Iterable[tuple[tuple[torch.Tensor, ...], Targets]],
+    loss_fn: Callable[[ModelOutput, Any], torch.Tensor],
+    steps: int,
+    learning_rate: float,
+    grad_clip: float,
+    description: str,
+) -> list[float]:
+    """Train every parameter of ``model`` with Adam for ``steps`` batches; the loss per step.
+
+    Leaves the model in eval mode, ready to be frozen and masked."""
+    from recombine.experiments.progress import training_bar  # not at the top: the package imports us
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
+    iterator = iter(batches)
+    losses = []
+    model.train()
+    with training_bar(steps, description) as bar:
+        for _ in range(steps):
+            inputs, targets = next(iterator)
+            loss = loss_fn(model(*inputs), targets)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if grad_clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            optimizer.step()
+            losses.append(float(loss.detach()))
+            bar.update()
+    model.eval()
+    return losses
+
+
+def accuracy_table(accuracy: Mapping[str, Mapping[str, float]], rows: Sequence[str], row_header: str) -> str:
+    """Markdown: one row per evaluated function (``rows``), one column per mask, accuracy in %.
+
+    ``accuracy[mask][row]`` is a fraction; the thesis's tables (3.1, B.1) have this layout."""
+    columns = list(accuracy)
+    lines = [f"| {row_header} | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for row in rows:
+        cells = " | ".join(f"{100 * accuracy[column][row]:.0f}" for column in columns)
+        lines.append(f"| {row} | {cells} |")
+    return "\n".join(lines)
+
+
+def mean_std(values: Sequence[float]) -> MeanStd:
+    """Mean and sample standard deviation (0 for a single value)."""
+    array = np.asarray(values, dtype=np.float64)
+    return float(array.mean()), float(array.std(ddof=1)) if len(array) > 1 else 0.0
+
+
+def mean_std_tree(trees: Sequence[Any]) -> Any:
+    """Mean ± std over ``trees`` (one per seed) of every number in nested dicts of the same shape.
+
+    Dicts are followed key by key (the first tree's keys); numbers become ``(mean, std)``; anything
+    else (strings, lists) is left out."""
+    first = trees[0]
+    if isinstance(first, Mapping):
+        out = {}
+        for key in first:
+            value = mean_std_tree([tree[key] for tree in trees])
+            if value is not None:
+                out[key] = value
+        return out
+    if isinstance(first, bool) or not isinstance(first, int | float):
+        return None
+    return mean_std([float(tree) for tree in trees])
+
+
+def format_mean_std(value: MeanStd, scale: float = 100.0) -> str:
+    """``"94 ± 6.7"``: a (mean, std) pair as a table cell, times ``scale`` (fractions to %)."""
+    mean, std = value
+    if math.isnan(mean):
+        return "nan"
+    return f"{scale * mean:.0f} ± {scale * std:.1f}"
+
+
+def wall_time_note(aggregated: Mapping[str, Mapping[str, Any]], wall_seconds: float | None) -> str:
+    """``"Wall time 1234 s; per trial: fnn 100 ± 3 s, lstm 300 ± 9 s; torch 2.x."``.
+
+    ``aggregated[architecture]["seconds"]`` is the (mean, std) time of one trial (one seed)."""
+    per_trial = ", ".join(
+        f"{name} {stats['seconds'][0]:.0f} ± {stats['seconds'][1]:.0f} s"
+        for name, stats in aggregated.items()
+        if "seconds" in stats
+    )
+    total = f"Wall time {wall_seconds:.0f} s; " if wall_seconds is not None else ""
+    return f"{total}per trial: {per_trial or 'not measured'}; torch {torch.__version__}."
+
+
+def sharing_summary(
+    sharing: Mapping[str, LayerSharing], labels: tuple[str, str]
+) -> dict[str, dict[str, Any]]:
+    """Per layer: the counts, IoU, IoMin and ``shared_of_<label>`` (the Fig. 3.1 / 3.3 bars)."""
+    return {
+        layer: {
+            **asdict(stats),
+            "iou": stats.iou,
+            "iomin": stats.iomin,
+            f"shared_of_{labels[0]}": stats.shared_of_a,
+            f"shared_of_{labels[1]}": stats.shared_of_b,
+        }
+        for layer, stats in sharing.items()
+    }
+
+
+def plot_sharing_panels(
+    panels: Mapping[str, Mapping[str, Mapping[str, MeanStd]]],
+    series: Sequence[tuple[str, str]],
+    path: str | Path,
+    title: str = "",
+) -> Path:
+    """Shared-weight percentage per layer, one panel per architecture (thesis Figs. 3.1, 3.3).
+
+    ``panels[panel][layer][key]`` is a (mean, std) fraction; ``series`` lists the bars of a layer as
+    ``(key, legend label)``, e.g. ``[("shared_of_add", "+"), ("shared_of_mul", "*")]``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    widths = [max(3.0, 0.8 * len(layers) + 1.2) for layers in panels.values()]
+    fig, axes = plt.subplots(1, len(panels), figsize=(sum(widths), 2.9), squeeze=False, width_ratios=widths)
+    width = 0.8 / len(series)
+    for ax, (panel, sharing) in zip(axes[0], panels.items(), strict=True):
+        layers = list(sharing)
+        positions = np.arange(len(layers))
+        for index, (key, label) in enumerate(series):
+            offset = (index - (len(series) - 1) / 2) * width
+            means = [100 * sharing[layer][key][0] for layer in layers]
+            stds = [100 * sharing[layer][key][1] for layer in layers]
+            ax.bar(positions + offset, means, width=width, yerr=stds, capsize=2, label=label)
+        ax.set_xticks(list(positions), layers, rotation=30, ha="right", fontsize=8)
+        ax.set_ylim(0, 100)
+        ax.set_title(panel, fontsize=9)
+        ax.legend(ncol=len(series), loc="upper center", fontsize=8)
+    axes[0][0].set_ylabel("shared weights [%]")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
