@@ -1,11 +1,16 @@
 """Benchmark geometric attention weights against softmax attention (forward + backward).
 
 Compares, at identical shapes, ``geometric_attention_weights(logits) @ v`` with ``softmax(logits) @ v``,
-for both implementations of the geometric weights (``compiled``: the numba scan used on CPU tensors;
+for both implementations of the geometric weights (``compiled``: the numba kernels used on CPU tensors;
 ``torch``: gather / cumsum / gather, used on other devices):
 median wall (and process CPU) time of forward + backward after warm-up, best of a few interleaved
 rounds; the bytes of tensors saved for backward during one forward (the activation memory each method
 keeps); on CUDA also the peak memory of one forward + backward.
+
+The logits are standard normal. The compiled kernels stop walking a query's keys once the product of
+``1 - P`` falls below the flush threshold (every farther weight is flushed to 0), at N = 256 after about
+30 keys on such logits. ``full_rows`` times the compiled path once more on ``logits - 5`` (P around 0.01),
+where no row stops early: its worst case, against the same softmax time.
 
 Usage: ``python benchmarks/bench_geometric_attention.py [--out FILE] [--threads T] [--device DEV]``
 """
@@ -81,7 +86,7 @@ def main() -> None:
     }
     header = (
         f"{'N':>5} {'batch':>5} {'geom ms':>8} {'sm ms':>7} {'ratio':>6} {'geom cpu':>8} {'sm cpu':>7} "
-        f"{'cpu ratio':>9} {'geom MB':>8} {'sm MB':>7} {'mem ratio':>9} {'torch ratio':>11}"
+        f"{'cpu ratio':>9} {'geom MB':>8} {'sm MB':>7} {'mem ratio':>9} {'full rows':>9} {'torch ratio':>11}"
     )
     print(header)
     for n, batch in SHAPES:
@@ -89,14 +94,21 @@ def main() -> None:
         v = torch.randn(batch, HEADS, n, D_HEAD, generator=gen).to(device).requires_grad_()
         grad_out = torch.randn(batch, HEADS, n, D_HEAD, generator=gen).to(device)
 
+        full_rows_logits = (logits.detach() - 5.0).requires_grad_()  # no row stops early (see above)
+
         # Interleave the methods so drifts in machine load affect all alike; keep the best round.
-        methods = {"geometric": geometric, "geometric_torch": geometric_torch, "softmax": softmax}
+        methods = {
+            "geometric": (geometric, logits),
+            "geometric_full_rows": (geometric, full_rows_logits),
+            "geometric_torch": (geometric_torch, logits),
+            "softmax": (softmax, logits),
+        }
         if device.type != "cpu":  # there the default already is the torch implementation
-            del methods["geometric_torch"]
+            del methods["geometric_torch"], methods["geometric_full_rows"]
         timings: dict[str, list[tuple[float, float]]] = {name: [] for name in methods}
         for _ in range(args.rounds):
-            for name, fn in methods.items():
-                timings[name].append(fwd_bwd_ms(fn, [logits, v], grad_out, args.warmup, args.repeats))
+            for name, (fn, inputs) in methods.items():
+                timings[name].append(fwd_bwd_ms(fn, [inputs, v], grad_out, args.warmup, args.repeats))
         ms = {name: min(t[0] for t in ts) for name, ts in timings.items()}
         cpu_ms = {name: min(t[1] for t in ts) for name, ts in timings.items()}
         g_ms, s_ms, g_cpu, s_cpu = ms["geometric"], ms["softmax"], cpu_ms["geometric"], cpu_ms["softmax"]
@@ -120,6 +132,8 @@ def main() -> None:
         }
         if "geometric_torch" in ms:
             row |= {
+                "geometric_full_rows_ms": round(ms["geometric_full_rows"], 3),
+                "full_rows_ratio": round(ms["geometric_full_rows"] / s_ms, 3),
                 "geometric_torch_ms": round(ms["geometric_torch"], 3),
                 "torch_ratio": round(ms["geometric_torch"] / s_ms, 3),
             }
@@ -130,7 +144,7 @@ def main() -> None:
             f"{n:>5} {batch:>5} {g_ms:>8.2f} {s_ms:>7.2f} {row['ratio']:>6.2f} {g_cpu:>8.2f} {s_cpu:>7.2f} "
             f"{row['cpu_ratio']:>9.2f} "
             f"{g_bytes / 2**20:>8.2f} {s_bytes / 2**20:>7.2f} {row['memory_ratio']:>9.2f} "
-            f"{row.get('torch_ratio', float('nan')):>11.2f}"
+            f"{row.get('full_rows_ratio', float('nan')):>9.2f} {row.get('torch_ratio', float('nan')):>11.2f}"
         )
 
     if args.out:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import pytest
@@ -26,9 +27,13 @@ def closer_set(i: int, j: int, n: int) -> list[int]:
     return [k for k in range(n) if k not in (i, j) and abs(i - k) <= abs(i - j)]
 
 
-def naive_geometric_attention_weights(logits: torch.Tensor) -> torch.Tensor:
-    """Thesis eqs. 5.6-5.8 with explicit products over every (query, key) pair; [..., N, N]."""
+def naive_geometric_attention_weights(logits: torch.Tensor, complement: str = "one_minus") -> torch.Tensor:
+    """Thesis eqs. 5.6-5.8 with explicit products over every (query, key) pair; [..., N, N].
+
+    ``complement="sigmoid"`` computes ``1 - P`` as ``sigmoid(-logits)``, exact also where ``P`` rounds to 1.
+    """
     p = torch.sigmoid(logits)
+    not_p = 1 - p if complement == "one_minus" else torch.sigmoid(-logits)
     n = logits.shape[-1]
     rows = []
     for i in range(n):
@@ -38,7 +43,7 @@ def naive_geometric_attention_weights(logits: torch.Tensor) -> torch.Tensor:
                 row.append(p[..., i, j] * 0)  # zeroed diagonal
                 continue
             closer = torch.tensor(closer_set(i, j, n), dtype=torch.long)
-            row.append(p[..., i, j] * (1 - p[..., i, closer]).prod(-1))
+            row.append(p[..., i, j] * not_p[..., i, closer].prod(-1))
         rows.append(torch.stack(row, dim=-1))
     return torch.stack(rows, dim=-2)
 
@@ -148,6 +153,59 @@ def test_extreme_logits_are_finite(weights: Weights) -> None:
     # float32 agrees with float64 on extreme inputs.
     a64 = weights(x.detach().double())
     torch.testing.assert_close(a.detach().double(), a64, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [24, 33])
+def test_rows_that_stop_early_match_naive(n: int, weights: Weights) -> None:
+    # Logits around 19 (1 - P ~ 1e-8; below 20, where softplus turns linear) drive prod (1 - P) below the
+    # float64 flush threshold (~1e-154) after about 18 keys: the compiled kernels stop walking such rows
+    # and the backward skips the rest.
+    gen = torch.Generator().manual_seed(n)
+    x = (18.5 + 1.5 * torch.rand(2, n, n, generator=gen, dtype=torch.float64)).requires_grad_()
+    weight = torch.randn(2, n, n, dtype=torch.float64, generator=gen)
+    fast = weights(x)
+    ref = naive_geometric_attention_weights(x, complement="sigmoid")  # 1 - P to the last digit
+    assert ((fast == 0) & (ref > 0)).any()  # flushed weights
+    torch.testing.assert_close(fast, ref, rtol=1e-10, atol=1e-12)
+    (g_fast,) = torch.autograd.grad((fast * weight).sum(), x)
+    (g_ref,) = torch.autograd.grad((ref * weight).sum(), x)
+    torch.testing.assert_close(g_fast, g_ref, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(("dtype", "shift"), [(torch.float32, 3.0), (torch.float64, 20.0)])
+def test_small_weights_are_flushed_to_zero(dtype: torch.dtype, shift: float, weights: Weights) -> None:
+    # No weight between 0 and sqrt(smallest normal) (denormals would slow A @ V and the backward down).
+    gen = torch.Generator().manual_seed(0)
+    x = (shift + 4.0 * torch.randn(4, 2, 70, 70, generator=gen, dtype=dtype)).to(dtype)
+    a = weights(x)
+    nonzero = a[a > 0]
+    assert nonzero.numel() < a.numel() - 4 * 2 * 70  # something was flushed
+    assert nonzero.min() >= torch.finfo(dtype).tiny ** 0.5
+
+
+def test_minus_inf_logits_act_as_padding(weights: Weights) -> None:
+    x = _logits(2, 3, 8, 8, seed=19).detach()
+    mask = torch.zeros(2, 8, dtype=torch.bool)
+    mask[0, 5:] = True
+    mask[1, :2] = True
+    minus_inf = x.masked_fill(mask[:, None, None, :], -math.inf)
+    torch.testing.assert_close(weights(minus_inf), weights(x, mask[:, None, :]), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shift", [-5.0, 3.0])  # no row stops early / most rows stop early (float32)
+def test_implementations_agree_on_long_rows(shift: float) -> None:
+    n = 130
+    gen = torch.Generator().manual_seed(29)
+    x = (shift + 2.0 * torch.randn(2, 2, n, n, generator=gen)).requires_grad_()
+    mask = torch.arange(n)[None, :] >= torch.tensor([n, 97])[:, None]
+    weight = torch.randn(2, 2, n, n, generator=gen)
+    results = []
+    for implementation in ("compiled", "torch"):
+        a = geometric_attention_weights(x, mask[:, None, :], implementation=implementation)
+        (grad,) = torch.autograd.grad((a * weight).sum(), x)
+        results.append((a, grad))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=2e-5, atol=1e-7)
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-4, atol=1e-6)
 
 
 def test_module_shapes_and_padding() -> None:

@@ -12,11 +12,12 @@ the key to the right of ``i`` counts as closer. The diagonal is zeroed and never
 Implementation: for every query row the keys are visited in closeness order
 ``i, i+1, i-1, i+2, i-2, ...`` (out-of-range positions skipped, so each row is a permutation of
 ``0..N-1``). Putting ``i`` itself first (with ``log(1 - P[i, i])`` forced to 0) makes
-``S_ij`` exactly the set of keys visited before ``j``, so the product is an exclusive cumulative sum
-of ``log(1 - P)`` along that order. Everything is computed in log space; time and memory are O(N^2).
-On the CPU that sum (and the one of the backward) is one compiled pass per query row
-(:mod:`recombine.models.layers.closeness_scan`, numba); on other devices, or with
-``implementation="torch"``, it is a gather into the closeness order, ``cumsum`` and a gather back.
+``S_ij`` exactly the set of keys visited before ``j``, so the product is an exclusive cumulative product
+of ``1 - P`` (sum of ``log(1 - P)``) along that order; time and memory are O(N^2). On the CPU the
+forward and the backward are one compiled kernel each (:mod:`recombine.models.layers.closeness_scan`,
+numba) that computes ``P`` on the fly, walks each query row in that order and writes ``A`` (or the
+gradient) directly; on other devices, or with ``implementation="torch"``, it is computed in log space
+with a gather into the closeness order, ``cumsum`` and a gather back.
 """
 
 from __future__ import annotations
@@ -85,65 +86,113 @@ def _gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 class _GeometricWeights(torch.autograd.Function):
-    """Thesis eq. 5.7 in log space with a hand-written backward.
+    """Thesis eq. 5.7 with a hand-written backward.
 
-    With ``x`` the logits (excluded keys at -inf), ``sp = softplus(x) = -log(1 - P)`` and
-    ``c[i, j] = sum_{k in S_ij} sp[i, k]``: ``log A = log P - c = x - sp - c``.
+    With ``x`` the logits and ``P = sigmoid(x)`` (padded keys: ``P = 0``), ``A[i, j] = P[i, j] * Q[i, j]``
+    with ``Q[i, j] = prod_{k in S_ij} (1 - P[i, k])``; in log space ``log A = x - sp - c`` with
+    ``sp = softplus(x) = -log(1 - P)`` and ``c[i, j] = sum_{k in S_ij} sp[i, k]``.
 
     Backward: with ``G = dL/dA * A`` (gradient w.r.t. ``log A``), ``dlog P/dx = 1 - P`` and
     ``dlog(1 - P)/dx = -P``, the gradient is ``dL/dx[i, k] = G[i, k] - P[i, k] * R[i, k]`` where
     ``R[i, k] = sum_{j : k in S_ij or j = k} G[i, j]`` is a reversed inclusive cumsum along the
-    closeness order. Only ``A`` (which ``A @ V`` saves anyway) and the inputs are kept for backward.
-    Half-precision inputs are computed in float32.
+    closeness order. Only the logits and ``A`` (which ``A @ V`` saves anyway) are kept for backward
+    (the compiled path adds one int32 per query row, see below). Half-precision inputs are computed in
+    float32.
+
+    Weights below ``sqrt(smallest normal)`` of the compute dtype (~1e-19 in float32, ~1e-154 in float64)
+    are flushed to exactly 0. Denormal numbers in ``A``, or in ``dL/dA * A`` in the backward, make
+    ``A @ V`` and the backward several times slower on CPUs (and exp's underflow / -inf path is slow).
+
+    ``compiled`` (CPU): one numba kernel each way (:mod:`recombine.models.layers.closeness_scan`) that
+    computes ``P`` on the fly, multiplies ``1 - P`` along each query's closeness order in linear space
+    and writes ``A`` (backward: ``dL/dx``) directly. A row's walk stops where ``Q`` falls below the
+    flush threshold (every farther weight is flushed anyway); the distance it reached (``reach``, int32
+    per query row) lets the backward skip the all-zero rest. Otherwise (any device): the log-space form,
+    ``c`` by gather / cumsum / gather.
     """
 
     @staticmethod
     def forward(  # type: ignore[override]
-        logits: torch.Tensor, padding_bias: torch.Tensor | None, compiled: bool
+        ctx: torch.autograd.function.FunctionCtx,
+        logits: torch.Tensor,
+        key_padding_mask: torch.Tensor | None,
+        compiled: bool,
     ) -> torch.Tensor:
-        x = _masked_logits(logits, padding_bias)  # padded keys at -inf: log P = -inf, log(1 - P) = 0
-        if compiled:
-            x = x.contiguous()
-        sp = F.softplus(x)  # thesis eq. 5.6: -log(1 - P) = softplus(x)
-        # Weights below sqrt(smallest normal float) (~1e-19 in float32, ~1e-154 in float64) are flushed
-        # to exactly 0. Denormal numbers in A, or in dL/dA * A in the backward, make exp, A @ V and the
-        # backward several times slower on CPUs; exp's underflow / -inf path is slow as well, so exp only
-        # sees clamped inputs and the clamped entries are zeroed afterwards.
-        floor = 0.5 * math.log(torch.finfo(x.dtype).tiny)
-        if compiled:  # thesis eqs. 5.7/5.8 in one pass per query row
-            log_a = torch.empty_like(x)
-            closeness_scan.log_weights_scan(_rows(x), _rows(sp), _rows(log_a), floor)
-        else:
-            log_a = _log_weights_by_gather(x, sp).clamp_min_(floor)
-        a = F.threshold_(log_a.exp_(), math.exp(floor + 0.5), 0.0)
-        return a.to(logits.dtype)
-
-    @staticmethod
-    def setup_context(ctx: torch.autograd.function.FunctionCtx, inputs: tuple, output: torch.Tensor) -> None:
-        logits, padding_bias, compiled = inputs
+        # (The old-style forward with ctx: with setup_context, every apply binds the arguments by
+        # inspect.signature, tens of microseconds per call.)
         ctx.compiled = compiled
-        ctx.save_for_backward(logits, padding_bias, output)
+        dtype = _compute_dtype(logits.dtype)
+        if compiled:
+            thresh, low = _thresholds(dtype)
+            x = logits.to(dtype).contiguous()
+            a = torch.empty_like(x)
+            reach = torch.empty(x.shape[:-1], dtype=torch.int32)
+            closeness_scan.geometric_forward(
+                _flat(x), x.shape[-1], _padded_keys(key_padding_mask, x), _flat(a), _flat(reach), thresh, low
+            )
+        else:
+            x = _masked_logits(logits, _padding_bias(key_padding_mask, logits))  # padded keys at -inf
+            sp = F.softplus(x)  # thesis eq. 5.6: -log(1 - P) = softplus(x)
+            # exp's underflow path is slow as well: exp only sees inputs clamped at log(thresh) - 0.5,
+            # zeroed afterwards.
+            floor = 0.5 * math.log(torch.finfo(dtype).tiny)
+            log_a = _log_weights_by_gather(x, sp).clamp_min_(floor)
+            a = F.threshold_(log_a.exp_(), math.exp(floor + 0.5), 0.0)
+            reach = None
+        a = a.to(logits.dtype)
+        ctx.save_for_backward(logits, key_padding_mask, a, reach)
+        return a
 
     @staticmethod
     @once_differentiable
     def backward(ctx: torch.autograd.function.FunctionCtx, grad_a: torch.Tensor) -> tuple:  # type: ignore[override]
-        logits, padding_bias, a = ctx.saved_tensors
-        grad_a = grad_a.to(_compute_dtype(logits.dtype))
-        p = torch.sigmoid(_masked_logits(logits, padding_bias))  # P; 0 for padded keys
+        logits, key_padding_mask, a, reach = ctx.saved_tensors
+        dtype = _compute_dtype(logits.dtype)
         if ctx.compiled:
-            p = p.contiguous()
-            grad_logits = torch.empty_like(p)
-            closeness_scan.logits_gradient_scan(
-                _rows(grad_a.contiguous()), _rows(a.to(p.dtype).contiguous()), _rows(p), _rows(grad_logits)
-            )
+            x = logits.to(dtype).contiguous()
+            grad_logits = torch.empty_like(x)
+            closeness_scan.geometric_backward(
+                _flat(x), x.shape[-1], _padded_keys(key_padding_mask, x), _flat(a.to(dtype).contiguous()),
+                _flat(grad_a.to(dtype).contiguous()), _flat(grad_logits), _flat(reach), _thresholds(dtype)[1],
+            )  # fmt: skip
         else:
-            grad_logits = _logits_gradient_by_gather(grad_a * a, p)
+            p = torch.sigmoid(_masked_logits(logits, _padding_bias(key_padding_mask, logits)))  # 0 if padded
+            grad_logits = _logits_gradient_by_gather(grad_a.to(dtype) * a, p)
         return grad_logits.to(logits.dtype), None, None
 
 
-def _rows(x: torch.Tensor) -> np.ndarray:
-    """A contiguous ``[..., N, N]`` tensor as a ``[rows, N]`` numpy view (no copy) for the compiled scans."""
-    return x.detach().view(-1, x.shape[-1]).numpy()
+def _flat(x: torch.Tensor) -> np.ndarray:
+    """A contiguous tensor as a flat numpy view (no copy) for the compiled kernels."""
+    return x.detach().numpy().ravel()
+
+
+@functools.cache
+def _thresholds(dtype: torch.dtype) -> tuple[np.floating, np.floating]:
+    """``(thresh, low)`` for a compute dtype, as numpy scalars of that dtype: weights below
+    ``thresh = e**0.5 * sqrt(smallest normal)`` (~1.8e-19 in float32, ~2.5e-154 in float64) are flushed
+    to 0; logits below ``low`` (-86.3 in float32, -707.4 in float64) count as ``P = 0`` in the compiled
+    kernels, P being below the smallest normal number there."""
+    tiny = torch.finfo(dtype).tiny
+    scalar = np.dtype(str(dtype).removeprefix("torch.")).type
+    return scalar(math.exp(0.5 * math.log(tiny) + 0.5)), scalar(math.log(tiny) + 1.0)
+
+
+def _padded_keys(key_padding_mask: torch.Tensor | None, x: torch.Tensor) -> np.ndarray:
+    """The key padding mask as the compiled kernels take it: bool ``[matrices, N]`` (``[0, N]`` if none)."""
+    n = x.shape[-1]
+    if key_padding_mask is None:
+        return np.zeros((0, n), dtype=np.bool_)
+    mask = key_padding_mask.to(torch.bool).expand(*x.shape[:-2], n)
+    return mask.reshape(x.shape[:-2].numel(), n).contiguous().numpy()
+
+
+def _padding_bias(key_padding_mask: torch.Tensor | None, logits: torch.Tensor) -> torch.Tensor | None:
+    """Padded keys get ``P = 0`` (never enter a product, zero weight): an additive -inf bias on the logits."""
+    if key_padding_mask is None:
+        return None
+    mask = key_padding_mask.to(device=logits.device, dtype=torch.bool)
+    bias = torch.zeros(mask.shape, device=logits.device, dtype=_compute_dtype(logits.dtype))
+    return bias.masked_fill_(mask, -math.inf)[..., None, :]
 
 
 def _log_weights_by_gather(x: torch.Tensor, sp: torch.Tensor) -> torch.Tensor:
@@ -199,12 +248,6 @@ def geometric_attention_weights(
     n = logits.shape[-1]
     if logits.shape[-2] != n:
         raise ValueError(f"geometric attention needs square [..., N, N] logits, got {tuple(logits.shape)}")
-    # Padded keys get P = 0 (never enter a product, zero weight): an additive -inf bias on the logits.
-    padding_bias = None
-    if key_padding_mask is not None:
-        padding_bias = torch.zeros(
-            key_padding_mask.shape, device=logits.device, dtype=_compute_dtype(logits.dtype)
-        ).masked_fill_(key_padding_mask.to(torch.bool), -math.inf)[..., None, :]
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
             f"unknown implementation {implementation!r}; valid choices: {', '.join(IMPLEMENTATIONS)}"
@@ -212,7 +255,7 @@ def geometric_attention_weights(
     compiled = implementation == "compiled" or (implementation == "auto" and logits.device.type == "cpu")
     if compiled and logits.device.type != "cpu":
         raise ValueError(f"the compiled scan runs on CPU tensors; got a {logits.device.type} tensor")
-    return _GeometricWeights.apply(logits, padding_bias, compiled)
+    return _GeometricWeights.apply(logits, key_padding_mask, compiled)
 
 
 class GeometricSelfAttention(nn.Module):
