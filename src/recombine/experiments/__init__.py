@@ -37,7 +37,7 @@ SCRIPTED = [
         "BLOCK 5.3, Tab. 2",
         SMFRAlgoSeedsConfig,
         run_algo_seeds,
-        defaults={"base": {"steps": 10000, "eval_every": 1000}},
+        defaults={"base": {"steps": 40000, "eval_every": 2000}},
         quick={"base": {"steps": 200, "eval_every": 100}},
     ),
     ScriptedReproduction(
