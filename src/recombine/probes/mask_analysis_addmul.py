@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,9 +44,9 @@ from recombine.models.arithmetic_lstm import ArithmeticLSTMConfig, RepeatedInput
 from recombine.models.fnn import FeedForwardNetwork, FNNConfig
 from recombine.probes.mask_analysis_common import (
     accuracy_table,
+    analyse_every_architecture_and_seed,
     check_choice,
     format_mean_std,
-    mean_std_tree,
     plot_sharing_panels,
     random_batches,
     sharing_summary,
@@ -412,33 +411,21 @@ class MaskAddMulReproductionConfig:
 
 def run_addmul_reproduction(config: MaskAddMulReproductionConfig, out: str | Path) -> dict[str, object]:
     """The analysis for every architecture and seed; writes report.md, results.json and sharing.png."""
-    from recombine.experiments.progress import trial_done  # not at the top: the package imports us
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    per_architecture: dict[str, dict[str, object]] = {}
-    aggregated: dict[str, Any] = {}
-    total, done = len(config.architectures) * len(config.seeds), 0
-    wall_started = time.perf_counter()
-    for architecture in config.architectures:
-        analysis = dataclasses.replace(config.analysis, architecture=architecture)
-        per_seed: dict[str, dict[str, object]] = {}
-        for seed in config.seeds:
-            started = time.perf_counter()
-            summary = run_addmul_analysis(analysis, seed).summary()
-            seconds = time.perf_counter() - started
-            summary["seconds"] = seconds
-            per_seed[str(seed)] = summary
-            done += 1
-            own = summary["accuracy"]["mul"]["mul"]  # type: ignore[index]
-            trial_done(done, total, f"{architecture} seed {seed}", seconds, f"mul under its mask {own:.3f}")
-        aggregated[architecture] = mean_std_tree(list(per_seed.values()))
-        per_architecture[architecture] = {"per_seed": per_seed, "mean_std": aggregated[architecture]}
+    trials = analyse_every_architecture_and_seed(
+        config.architectures,
+        config.seeds,
+        lambda architecture, seed: run_addmul_analysis(
+            dataclasses.replace(config.analysis, architecture=architecture), seed
+        ).summary(),
+        lambda summary: f"mul under its mask {summary['accuracy']['mul']['mul']:.3f}",
+    )
+    aggregated = {name: stats["mean_std"] for name, stats in trials["architectures"].items()}
     results = {
         "config": asdict(config),
         "seeds": list(config.seeds),
-        "architectures": per_architecture,
-        "wall_seconds": time.perf_counter() - wall_started,
+        **trials,
         "torch": torch.__version__,
         "thesis": {"table_b_1": THESIS_TABLE_B_1, "mul_to_add_weights": THESIS_MUL_TO_ADD_WEIGHTS},
     }

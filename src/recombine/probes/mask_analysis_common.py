@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -125,6 +126,45 @@ def mean_std_tree(trees: Sequence[Any]) -> Any:
     if isinstance(first, bool) or not isinstance(first, int | float):
         return None
     return mean_std([float(tree) for tree in trees])
+
+
+def analyse_every_architecture_and_seed(
+    architectures: Sequence[str],
+    seeds: Sequence[int],
+    analyse: Callable[[str, int], dict[str, Any]],
+    headline: Callable[[dict[str, Any]], str],
+) -> dict[str, Any]:
+    """``analyse(architecture, seed)`` (a trial's summary) for every pair, one progress line each.
+
+    Returns the ``results.json`` fields the mask reproductions share: ``architectures[name]`` with
+    ``per_seed`` (each summary plus its ``seconds``) and ``mean_std`` (:func:`mean_std_tree`),
+    ``trials`` (architecture, seed, seconds per trial; the run list the result index counts) and
+    ``wall_seconds``."""
+    from recombine.experiments.progress import trial_done  # not at the top: the package imports us
+
+    per_architecture: dict[str, dict[str, Any]] = {}
+    trials: list[dict[str, Any]] = []
+    wall_started = time.perf_counter()
+    total = len(architectures) * len(seeds)
+    for architecture in architectures:
+        per_seed: dict[str, dict[str, Any]] = {}
+        for seed in seeds:
+            started = time.perf_counter()
+            summary = analyse(architecture, seed)
+            seconds = time.perf_counter() - started
+            summary["seconds"] = seconds
+            per_seed[str(seed)] = summary
+            trials.append({"architecture": architecture, "seed": seed, "seconds": seconds})
+            trial_done(len(trials), total, f"{architecture} seed {seed}", seconds, headline(summary))
+        per_architecture[architecture] = {
+            "per_seed": per_seed,
+            "mean_std": mean_std_tree(list(per_seed.values())),
+        }
+    return {
+        "architectures": per_architecture,
+        "trials": trials,
+        "wall_seconds": time.perf_counter() - wall_started,
+    }
 
 
 def format_mean_std(value: MeanStd, scale: float = 100.0) -> str:

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -65,9 +64,9 @@ from recombine.models.arithmetic_lstm import ArithmeticLSTMConfig, PairByPairLST
 from recombine.models.fnn import FeedForwardNetwork, FNNConfig
 from recombine.probes.mask_analysis_common import (
     accuracy_table,
+    analyse_every_architecture_and_seed,
     check_choice,
     format_mean_std,
-    mean_std_tree,
     plot_sharing_panels,
     random_batches,
     sharing_summary,
@@ -442,8 +441,6 @@ def run_double_add_reproduction(
 
     Writes ``report.md``, ``results.json`` (``architectures[name]["per_seed" | "mean_std"]``) and
     ``sharing.png`` to ``out``."""
-    from recombine.experiments.progress import trial_done  # not at the top: the package imports us
-
     if not seeds:
         raise UserError("give at least one seed")
     architectures = list(architectures or [config.architecture])
@@ -451,28 +448,19 @@ def run_double_add_reproduction(
         check_choice("architecture", architecture, ARCHITECTURES)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    per_architecture: dict[str, dict[str, object]] = {}
-    aggregated: dict[str, Any] = {}
-    total, done = len(architectures) * len(seeds), 0
-    wall_started = time.perf_counter()
-    for architecture in architectures:
-        analysis = dataclasses.replace(config, architecture=architecture)
-        per_seed: dict[str, dict[str, object]] = {}
-        for seed in seeds:
-            started = time.perf_counter()
-            per_seed[str(seed)] = summary = run_double_add_analysis(analysis, seed).summary()
-            seconds = time.perf_counter() - started
-            summary["seconds"] = seconds
-            done += 1
-            kept = summary["accuracy"]["~pair1"]["pair2"]  # type: ignore[index]
-            trial_done(done, total, f"{architecture} seed {seed}", seconds, f"pair 2 under ~pair1 {kept:.3f}")
-        aggregated[architecture] = mean_std_tree(list(per_seed.values()))
-        per_architecture[architecture] = {"per_seed": per_seed, "mean_std": aggregated[architecture]}
+    trials = analyse_every_architecture_and_seed(
+        architectures,
+        seeds,
+        lambda architecture, seed: run_double_add_analysis(
+            dataclasses.replace(config, architecture=architecture), seed
+        ).summary(),
+        lambda summary: f"pair 2 under ~pair1 {summary['accuracy']['~pair1']['pair2']:.3f}",
+    )
+    aggregated = {name: stats["mean_std"] for name, stats in trials["architectures"].items()}
     results = {
         "config": asdict(config),
         "seeds": list(seeds),
-        "architectures": per_architecture,
-        "wall_seconds": time.perf_counter() - wall_started,
+        **trials,
         "torch": torch.__version__,
         "thesis": {"table_3_1": THESIS_TABLE_3_1, "table_b_2": THESIS_TABLE_B_2},
     }
