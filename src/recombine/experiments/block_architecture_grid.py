@@ -276,6 +276,13 @@ def format_cell(cell: BucketMean | None, digits: int = 3) -> str:
 TRIALS_FILE = "trials.jsonl"
 
 
+def write_results_atomically(path: Path, data: dict[str, Any]) -> None:
+    """``json.dumps(data)`` to ``path`` through a temporary file: a crash never leaves a half-written one."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)
+
+
 def trial_key(settings: dict[str, Any]) -> str:
     """The identity of a trial: every setting that changes its result (model, config, seed, training)."""
     return json.dumps(settings, sort_keys=True, default=str)

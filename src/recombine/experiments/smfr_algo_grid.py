@@ -21,7 +21,6 @@ is rewritten; a re-run into the same directory trains only the trials not yet th
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -44,6 +43,7 @@ from recombine.experiments.block_architecture_grid import (
     format_cell,
     size_bucket,
     trial_key,
+    write_results_atomically,
 )
 from recombine.experiments.progress import trial_done
 from recombine.experiments.smfr_algo import PAPER_TABLE_2, AlgoResult, SMFRAlgoConfig, train_algo
@@ -222,9 +222,7 @@ def _write_results(
         **tables.to_dict(),
         "trials": [t.to_record() for t in trials],
     }
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)  # never a half-written results.json
+    write_results_atomically(path, data)
     return tables
 
 

@@ -20,7 +20,6 @@ into the same directory trains only the trials not yet there.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from recombine.experiments.block_architecture_grid import (
     format_cell,
     size_bucket,
     trial_key,
+    write_results_atomically,
 )
 from recombine.experiments.block_digit_training import BlockArchitecture, BlockTrainingConfig
 from recombine.experiments.progress import trial_done
@@ -263,9 +263,7 @@ def _write_results(
         **tables.to_dict(),
         "trials": [g.to_record() for g in trials],
     }
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)  # never a half-written results.json
+    write_results_atomically(path, data)
     return tables
 
 
