@@ -33,7 +33,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ from recombine.errors import UserError
 from recombine.models.arithmetic_lstm import ArithmeticLSTMConfig, RepeatedInputLSTM
 from recombine.models.fnn import FeedForwardNetwork, FNNConfig
 from recombine.probes.mask_analysis_common import (
+    ArithmeticMaskAnalysisConfig,
     accuracy_table,
     analyse_every_architecture_and_seed,
     check_choice,
@@ -99,23 +100,12 @@ def _default_mask_config() -> MaskTrainingConfig:
 
 
 @dataclass
-class AddMulAnalysisConfig:
-    task: AddMulConfig = field(default_factory=AddMulConfig)
-    architecture: str = "fnn"  # one of ARCHITECTURES
-    model: FNNConfig = field(default_factory=lambda: FNNConfig(hidden_sizes=[400, 400, 200]))  # the FNN
-    lstm: ArithmeticLSTMConfig = field(default_factory=ArithmeticLSTMConfig)  # B.3.4: 256 units, 3 steps
-    train_steps: int = 20_000  # B.3.4
-    batch_size: int = 128  # B.3.2
-    learning_rate: float = 1e-3  # B.3.2
-    grad_clip: float = 1.0  # B.3.2
-    mask: MaskTrainingConfig = field(default_factory=_default_mask_config)
-    full_mask: bool = True  # also train the B.3.3 sanity-check mask on the whole task
-    device: str = "cpu"
+class AddMulAnalysisConfig(ArithmeticMaskAnalysisConfig):
+    """Add/mul (thesis 3.2.1): ``lstm`` is B.3.4's 256 units, 3 steps."""
 
-    def __post_init__(self) -> None:
-        if self.train_steps < 0 or self.batch_size < 1:
-            raise UserError("train_steps must be >= 0 and batch_size >= 1")
-        check_choice("architecture", self.architecture, ARCHITECTURES)
+    ARCHITECTURES: ClassVar[tuple[str, ...]] = ARCHITECTURES
+
+    mask: MaskTrainingConfig = field(default_factory=_default_mask_config)
 
 
 def cpu_scale_config() -> AddMulAnalysisConfig:

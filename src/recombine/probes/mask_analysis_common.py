@@ -15,16 +15,19 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from recombine.errors import UserError, choices_hint
+from recombine.models.arithmetic_lstm import ArithmeticLSTMConfig
+from recombine.models.fnn import FNNConfig
 from recombine.probes.mask_sets import LayerSharing
-from recombine.probes.weight_masks import ModelOutput
+from recombine.probes.weight_masks import MaskTrainingConfig, ModelOutput
+from recombine.tasks.addmul import AddMulConfig
 
 Targets = torch.Tensor | tuple[torch.Tensor, ...]
 MeanStd = tuple[float, float]
@@ -34,6 +37,33 @@ def check_choice(field_name: str, value: str, choices: Sequence[str]) -> None:
     """A UserError naming the valid choices unless ``value`` is one of them."""
     if value not in choices:
         raise UserError(f"unknown {field_name} {value!r}; {choices_hint(value, choices)}")
+
+
+@dataclass
+class ArithmeticMaskAnalysisConfig:
+    """What the add/mul and double-addition mask analyses share (thesis B.3.2, B.3.4): the data, the
+    network (``architecture``: one of the subclass's ``ARCHITECTURES``; ``model`` configures the FNN,
+    ``lstm`` the LSTMs), its training and the mask training. Subclasses set ``ARCHITECTURES`` and their
+    mask defaults."""
+
+    ARCHITECTURES: ClassVar[tuple[str, ...]] = ("fnn",)
+
+    task: AddMulConfig = field(default_factory=AddMulConfig)
+    architecture: str = "fnn"
+    model: FNNConfig = field(default_factory=lambda: FNNConfig(hidden_sizes=[400, 400, 200]))  # the FNN
+    lstm: ArithmeticLSTMConfig = field(default_factory=ArithmeticLSTMConfig)
+    train_steps: int = 20_000  # B.3.4
+    batch_size: int = 128  # B.3.2
+    learning_rate: float = 1e-3  # B.3.2
+    grad_clip: float = 1.0  # B.3.2
+    mask: MaskTrainingConfig = field(default_factory=MaskTrainingConfig)
+    full_mask: bool = True  # also train the B.3.3 sanity-check mask on the whole task
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.train_steps < 0 or self.batch_size < 1:
+            raise UserError("train_steps must be >= 0 and batch_size >= 1")
+        check_choice("architecture", self.architecture, self.ARCHITECTURES)
 
 
 def random_batches(

@@ -53,7 +53,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -63,6 +63,7 @@ from recombine.errors import UserError
 from recombine.models.arithmetic_lstm import ArithmeticLSTMConfig, PairByPairLSTM, RepeatedInputLSTM
 from recombine.models.fnn import FeedForwardNetwork, FNNConfig
 from recombine.probes.mask_analysis_common import (
+    ArithmeticMaskAnalysisConfig,
     accuracy_table,
     analyse_every_architecture_and_seed,
     check_choice,
@@ -141,23 +142,13 @@ def _default_mask_config() -> MaskTrainingConfig:
 
 
 @dataclass
-class DoubleAddAnalysisConfig:
-    task: AddMulConfig = field(default_factory=AddMulConfig)
-    architecture: str = "fnn"  # one of ARCHITECTURES
-    model: FNNConfig = field(default_factory=lambda: FNNConfig(hidden_sizes=[400, 400, 200]))  # the FNN
-    lstm: ArithmeticLSTMConfig = field(default_factory=ArithmeticLSTMConfig)  # B.3.5: 3 steps per pair
-    train_steps: int = 20_000  # B.3.4
-    batch_size: int = 128  # examples per step (an FNN example gives two passes); B.3.2
-    learning_rate: float = 1e-3  # B.3.2
-    grad_clip: float = 1.0  # B.3.2
-    mask: MaskTrainingConfig = field(default_factory=_default_mask_config)
-    full_mask: bool = True  # the B.3.3 sanity-check mask; also needed for the Tab. B.2 columns
-    device: str = "cpu"
+class DoubleAddAnalysisConfig(ArithmeticMaskAnalysisConfig):
+    """Double addition (thesis 3.2.2): ``lstm`` runs 3 steps per pair (B.3.5); ``batch_size`` counts
+    examples per step (an FNN example gives two passes)."""
 
-    def __post_init__(self) -> None:
-        if self.train_steps < 0 or self.batch_size < 1:
-            raise UserError("train_steps must be >= 0 and batch_size >= 1")
-        check_choice("architecture", self.architecture, ARCHITECTURES)
+    ARCHITECTURES: ClassVar[tuple[str, ...]] = ARCHITECTURES
+
+    mask: MaskTrainingConfig = field(default_factory=_default_mask_config)
 
 
 def cpu_scale_config() -> DoubleAddAnalysisConfig:
