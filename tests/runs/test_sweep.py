@@ -65,6 +65,7 @@ def test_recipe_file_is_the_named_reproduction(name: str) -> None:
         ({"paper": {"nobody": {"fwd": {"mean": 1, "std": 0}}}}, "paper row 'nobody' is not a variant"),
         ({"paper": {"ok": {"fwd": {"mean": 1}}}}, "must be {mean: M, std: S}"),
         ({"quick_variants": ["ko"]}, "valid choices: ok"),
+        ({"column_train": {"bwd": {"steps": 9}}}, "column_train column 'bwd' is not a column"),
     ],
 )
 def test_malformed_recipes_are_one_line_user_errors(change: dict[str, Any], message: str) -> None:
@@ -72,6 +73,19 @@ def test_malformed_recipes_are_one_line_user_errors(change: dict[str, Any], mess
         reproduction_from_recipe({**tiny_recipe([{"label": "ok"}]), **change})
     assert message in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_column_train_overrides_reach_only_their_column_and_yield_to_the_row() -> None:
+    recipe = tiny_recipe([{"label": "plain"}, {"label": "own", "train": {"steps": 7}}])
+    recipe["columns"]["bwd"] = dict(recipe["columns"]["fwd"], direction="backward")
+    recipe["column_train"] = {"bwd": {"steps": 50, "lr": 0.5}}
+    reproduction = reproduction_from_recipe(recipe)
+    plain, own = reproduction.variants
+    assert reproduction.run_config(plain, "fwd", 1, quick=False)["train"] == recipe["train"]
+    backward = reproduction.run_config(plain, "bwd", 1, quick=False)["train"]
+    assert backward == {**recipe["train"], "steps": 50, "lr": 0.5}
+    assert reproduction.run_config(own, "bwd", 1, quick=False)["train"]["steps"] == 7
+    assert reproduction_from_recipe(reproduction.to_recipe()) == reproduction
 
 
 def test_a_train_recipe_is_not_a_sweep_recipe() -> None:

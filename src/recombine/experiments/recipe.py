@@ -15,6 +15,8 @@ A recipe is the YAML form of a reproduction (``Reproduction.to_recipe`` writes o
         train: {lr: 1.0e-3}            # optional: train overrides of this row
     seeds: 3                           # seeds 1..N (default 3)
     train: {steps: 10000, ...}         # train settings of every cell
+    column_train:                      # optional: train overrides per column
+      backward: {steps: 80000}
     quick_train: {steps: 600}          # what --quick overrides
     quick_variants: [NDR]              # rows run by --quick (default: all)
     report_split: test_ood             # the table's split (default test_ood)
@@ -56,6 +58,7 @@ OPTIONAL = (
     "success_threshold",
     "paper",
     "scale_note",
+    "column_train",
 )
 VARIANT_KEYS = ("label", "model", "train")
 
@@ -103,6 +106,13 @@ def reproduction_from_recipe(data: Any, origin: str = "recipe") -> Reproduction:
         str(label): dict(_mapping(overrides, f"columns.{label}"))
         for label, overrides in _mapping(data["columns"], "columns").items()
     }
+    column_train = {
+        str(label): dict(_mapping(overrides, f"column_train.{label}"))
+        for label, overrides in _mapping(data.get("column_train"), "column_train").items()
+    }
+    for label in column_train:
+        if label not in columns:
+            raise UserError(f"column_train column {label!r} is not a column; {choices_hint(label, columns)}")
     variants = tuple(_variant(v, i) for i, v in enumerate(data["variants"]))
     labels = [v.label for v in variants]
     if len(set(labels)) != len(labels):
@@ -146,6 +156,7 @@ def reproduction_from_recipe(data: Any, origin: str = "recipe") -> Reproduction:
         scale_note=str(data.get("scale_note", "")),
         quick_variants=quick_variants,
         seeds=seeds,
+        column_train=column_train,
     )
 
 

@@ -59,6 +59,8 @@ class Reproduction:
     scale_note: str = ""
     quick_variants: tuple[str, ...] = ()  # labels run by --quick (all when empty)
     seeds: int = 3  # seeds 1..seeds unless the command line says otherwise
+    # column label -> train overrides of that column's cells (e.g. more steps for a harder direction)
+    column_train: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_recipe(self) -> dict[str, Any]:
         """This reproduction as a sweep recipe (the YAML of ``recipes/``, read back by
@@ -85,6 +87,8 @@ class Reproduction:
             "paper": {},
             "scale_note": self.scale_note,
         }
+        if self.column_train:
+            recipe["column_train"] = {column: dict(train) for column, train in self.column_train.items()}
         for (label, column), number in self.paper.items():
             if label in labels and column in self.columns:  # others never reach a report
                 recipe["paper"].setdefault(label, {})[column] = {"mean": number.mean, "std": number.std}
@@ -94,7 +98,12 @@ class Reproduction:
         return f"{variant.label}--{column}--seed{seed}"
 
     def run_config(self, variant: Variant, column: str, seed: int, quick: bool) -> dict[str, Any]:
-        train = {**self.train, **(self.quick_train if quick else {}), **variant.train_overrides}
+        train = {
+            **self.train,
+            **self.column_train.get(column, {}),
+            **(self.quick_train if quick else {}),
+            **variant.train_overrides,
+        }
         return {
             "seed": seed,
             "task": {"name": self.task, **self.columns[column]},
