@@ -46,3 +46,15 @@ def test_ridge_shrinks_towards_the_mean_and_constant_targets_raise() -> None:
     np.testing.assert_allclose(strong.predict(e), z.mean(), atol=1e-5)
     with pytest.raises(UserError, match="constant"):
         r2_score(np.ones((5, 2)), np.zeros((5, 2)))
+
+
+def test_wide_embeddings_take_the_dual_ridge_solution_with_the_primal_value() -> None:
+    """More embedding dimensions than tasks (MAML's embedding is every parameter): the tasks x tasks system
+    gives the decoder of the dimension x dimension one, (E^T E + r I)^-1 E^T z = E^T (E E^T + r I)^-1 z."""
+    rng = np.random.default_rng(4)
+    e, z = rng.normal(size=(12, 40)), rng.normal(size=(12, 3))
+    decoder = fit_linear_decoder(e, z, ridge=0.5)
+    centred_e, centred_z = e - e.mean(axis=0), z - z.mean(axis=0)
+    primal = np.linalg.solve(centred_e.T @ centred_e + 0.5 * np.eye(40), centred_e.T @ centred_z)
+    np.testing.assert_allclose(decoder.weight, primal, atol=1e-10)
+    np.testing.assert_allclose(decoder.predict(e).mean(axis=0), z.mean(axis=0), atol=1e-10)

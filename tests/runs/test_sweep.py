@@ -49,7 +49,9 @@ def tiny_recipe(variants: list[dict[str, Any]], seeds: int = 1) -> dict[str, Any
     }
 
 
-@pytest.mark.parametrize("name", ["ndr-ctl", "dnc-ctl"])
+@pytest.mark.parametrize(
+    "name", ["ndr-ctl", "dnc-ctl", "ndr-depth", "ndr-arithmetic", "ndr-listops", "ctlpp-ar", "ctlpp-s"]
+)
 def test_recipe_file_is_the_named_reproduction(name: str) -> None:
     reproduction = load_sweep_recipe(RECIPES / f"{name}.yaml")
     assert reproduction == REPRODUCTIONS[name]

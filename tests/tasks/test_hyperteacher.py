@@ -73,6 +73,20 @@ def test_targets_are_standardised_per_task_and_unit_then_divided_by_the_temperat
     assert batch.loss == "kl"
 
 
+def test_output_moments_are_kept_per_task_and_equal_a_fresh_pass_over_the_moment_inputs() -> None:
+    task = HyperteacherTask(HyperteacherConfig(), seed=1)
+    batch = task.sample(np.random.default_rng(0), 40)  # 40 draws from 75 tasks: some repeat
+    n_distinct = len({z.tobytes() for z in batch.latents})
+    assert len(task._moments) == n_distinct < 40
+    inputs = np.broadcast_to(task.moment_inputs, (40, *task.moment_inputs.shape))
+    raw = hyperteacher_raw_outputs(task.teacher, batch.latents, inputs)
+    x = batch.query_x
+    expected = (
+        hyperteacher_raw_outputs(task.teacher, batch.latents, x) - raw.mean(1, keepdims=True)
+    ) / raw.std(1, keepdims=True)
+    np.testing.assert_allclose(batch.query_y, expected, rtol=1e-9, atol=1e-12)
+
+
 def test_compositional_split_holds_out_a_quarter_and_covers_every_module_in_every_layer() -> None:
     task = HyperteacherTask(HyperteacherConfig(n_modules=4, max_active=2, n_layers=3), seed=2)
     n_layer_masks = 4 + 6  # C(4,1) + C(4,2)

@@ -10,13 +10,22 @@ import dataclasses
 
 from recombine.errors import UserError, choices_hint
 from recombine.experiments.block_architecture_grid import BlockArchitectureGrid
+from recombine.experiments.ctlpp_ar import CTLPP_AR
+from recombine.experiments.ctlpp_s import CTLPP_S
 from recombine.experiments.dnc_ctl import DNC_CTL
 from recombine.experiments.dnc_memory import DNC_ASSOC_RECALL, DNC_REPEAT_COPY
 from recombine.experiments.gdrc_images import GDRCImagesConfig, run_gdrc_images
 from recombine.experiments.gdrc_scan import GDRC_SCAN
 from recombine.experiments.gdrc_toy import GDRCToyRunConfig, run_gdrc_toy
+from recombine.experiments.hnet_goals import HNET_GOALS
+from recombine.experiments.hnet_hyperteacher import HNET_HYPERTEACHER
+from recombine.experiments.hnet_preferences import HNET_PREFERENCES
+from recombine.experiments.hnet_teacher import HNET_TEACHER
 from recombine.experiments.moe_lm import MoELMRunConfig, run_moe_lm
+from recombine.experiments.ndr_arithmetic import NDR_ARITHMETIC
 from recombine.experiments.ndr_ctl import NDR_CTL
+from recombine.experiments.ndr_depth import NDR_DEPTH
+from recombine.experiments.ndr_listops import NDR_LISTOPS
 from recombine.experiments.reproduction import Reproduction
 from recombine.experiments.scripted_reproduction import ScriptedReproduction
 from recombine.experiments.sim_diffusion import SIM_DIFFUSION
@@ -184,10 +193,15 @@ SCRIPTED = [
     DNC_REPEAT_COPY,
     DNC_ASSOC_RECALL,
     SMFR_BPMNIST,
+    HNET_TEACHER,
+    HNET_HYPERTEACHER,
+    HNET_PREFERENCES,
+    HNET_GOALS,
 ]
 
 REPRODUCTIONS: dict[str, Reproduction | ScriptedReproduction] = {
-    r.name: r for r in [NDR_CTL, DNC_CTL, *SCRIPTED]
+    r.name: r
+    for r in [NDR_CTL, DNC_CTL, NDR_DEPTH, NDR_ARITHMETIC, NDR_LISTOPS, CTLPP_AR, CTLPP_S, *SCRIPTED]
 }
 
 

@@ -8,25 +8,29 @@ from __future__ import annotations
 
 from recombine.experiments.reproduction import PaperNumber, Reproduction, Variant
 
-# CPU scale (docs/reproductions/ndr-ctl.md). Thesis Tab. D.3: gated models d_model 256, d_ff 512, 14 layers;
-# ungated baselines d_model 128, d_ff 256, 4 heads, 11 layers (deeper ones did not train).
-# All Transformers share their layers. The gated ones get 6 more steps at evaluation than in training
-# (thesis D.3.1): a closed copy gate makes extra steps harmless, and at this scale the NDR otherwise
-# runs out of steps on length-10 problems. Ungated layers cannot idle, so extra steps would overwrite
-# their answer: they are evaluated with their training depth.
-_COMMON = {"d_model": 64, "d_ff": 128, "dropout": 0.1, "attention_dropout": 0.1}
-_GATED = {**_COMMON, "n_heads": 1, "n_layers": 14, "test_layers": 20}
-_PLAIN = {**_COMMON, "n_heads": 4, "n_layers": 11}
+# CPU scale (docs/reproductions/ndr-ctl.md), shared by the other reproductions of thesis ch. 5-6
+# (ndr_depth, ndr_arithmetic, ndr_listops, ctlpp_ar). Thesis Tab. D.3: gated models d_model 256, d_ff 512,
+# 14 layers; ungated baselines d_model 128, d_ff 256, 4 heads, 11 layers (deeper ones did not train).
+# All Transformers share their layers. The gated ones get EXTRA_TEST_STEPS more steps at evaluation than
+# in training (thesis D.3.1): a closed copy gate makes extra steps harmless, and at this scale the NDR
+# otherwise runs out of steps on length-10 problems. Ungated layers cannot idle, so extra steps would
+# overwrite their answer: they are evaluated with their training depth.
+EXTRA_TEST_STEPS = 6
+CPU_TRANSFORMER = {"d_model": 64, "d_ff": 128, "dropout": 0.1, "attention_dropout": 0.1}
+CPU_GATED = {**CPU_TRANSFORMER, "n_heads": 1, "n_layers": 14, "test_layers": 14 + EXTRA_TEST_STEPS}
+CPU_PLAIN = {**CPU_TRANSFORMER, "n_heads": 4, "n_layers": 11}
 # Thesis Tab. D.3 trains the ungated baselines with lr 1.5e-4 and weight decay 0.0025; at lr 1e-3 they
 # do not train at all here (training accuracy stays at chance).
-_PLAIN_TRAIN = {"lr": 1.5e-4, "weight_decay": 0.0025}
+PLAIN_TRAIN = {"lr": 1.5e-4, "weight_decay": 0.0025}
+# Every cell: batch 64 (thesis 256-512), AdamW, constant lr 1e-3 unless a row says otherwise.
+CPU_TRAIN = {"batch_size": 64, "lr": 1e-3, "weight_decay": 0.01}
 
 VARIANTS = (
-    Variant("NDR", "ndr", _GATED),
-    Variant("Transformer", "transformer", _PLAIN, _PLAIN_TRAIN),
-    Variant("+rel", "transformer_rel", _PLAIN, _PLAIN_TRAIN),
-    Variant("+rel+gate", "transformer_rel_gate", _GATED),
-    Variant("+abs/rel+gate", "transformer_absrel_gate", _GATED),
+    Variant("NDR", "ndr", CPU_GATED),
+    Variant("Transformer", "transformer", CPU_PLAIN, PLAIN_TRAIN),
+    Variant("+rel", "transformer_rel", CPU_PLAIN, PLAIN_TRAIN),
+    Variant("+rel+gate", "transformer_rel_gate", CPU_GATED),
+    Variant("+abs/rel+gate", "transformer_absrel_gate", CPU_GATED),
     Variant("LSTM", "lstm", {"d_model": 200, "dropout": 0.5}),
     Variant("BiLSTM", "bilstm", {"d_model": 400, "dropout": 0.5}),
 )
@@ -68,9 +72,7 @@ NDR_CTL = Reproduction(
     variants=VARIANTS,
     train={
         "steps": 10000,
-        "batch_size": 64,
-        "lr": 1e-3,
-        "weight_decay": 0.01,
+        **CPU_TRAIN,
         "grad_clip": 5.0,
         "eval_every": 500,
         "sampling": "depth_balanced",

@@ -23,8 +23,10 @@ A recipe is the YAML form of a reproduction (``Reproduction.to_recipe`` writes o
     iid_split: valid_iid               # the IID column (default valid_iid)
     success_threshold: 0.95            # a seed succeeds at or above this accuracy
     paper:                             # optional: the paper's mean and std per row and column
-      NDR: {forward: {mean: 1.0, std: 0.0}}
+      NDR: {forward: {mean: 1.0, std: 0.0}}      # (+ success_rate: 0.32 where the paper gives one)
     scale_note: ...
+    heatmap: {y: shared_functions, x: shared_symbols}   # optional: columns form a grid over two
+                                                        # task keys; the report draws heat maps
 
 A recipe with an ``experiment`` key instead names a scripted reproduction (an experiment with its own
 training loop) and overrides of its config; see :mod:`recombine.experiments.scripted_reproduction`.
@@ -59,6 +61,7 @@ OPTIONAL = (
     "paper",
     "scale_note",
     "column_train",
+    "heatmap",
 )
 VARIANT_KEYS = ("label", "model", "train")
 
@@ -133,9 +136,14 @@ def reproduction_from_recipe(data: Any, origin: str = "recipe") -> Reproduction:
                     f"paper column {column!r} is not a column; {choices_hint(str(column), columns)}"
                 )
             number = _mapping(number, f"paper.{label}.{column}")
-            if set(number) != {"mean", "std"}:
-                raise UserError(f"paper.{label}.{column} must be {{mean: M, std: S}}, got {number!r}")
-            paper[(label, column)] = PaperNumber(float(number["mean"]), float(number["std"]))
+            if not {"mean", "std"} <= set(number) <= {"mean", "std", "success_rate"}:
+                raise UserError(
+                    f"paper.{label}.{column} must be {{mean: M, std: S}} (+ success_rate), got {number!r}"
+                )
+            success = number.get("success_rate")
+            paper[(label, column)] = PaperNumber(
+                float(number["mean"]), float(number["std"]), None if success is None else float(success)
+            )
     quick_variants = tuple(str(label) for label in data.get("quick_variants") or ())
     for label in quick_variants:
         if label not in labels:
@@ -157,7 +165,28 @@ def reproduction_from_recipe(data: Any, origin: str = "recipe") -> Reproduction:
         quick_variants=quick_variants,
         seeds=seeds,
         column_train=column_train,
+        heatmap=_heatmap(data.get("heatmap"), columns, origin),
     )
+
+
+def _heatmap(value: Any, columns: dict[str, dict[str, Any]], origin: str) -> tuple[str, str] | None:
+    """``heatmap: {y: KEY, x: KEY}``: two task keys set by every column, each column at its own
+    (y, x) point of the grid."""
+    if value is None:
+        return None
+    heatmap = _mapping(value, "heatmap")
+    if set(heatmap) != {"y", "x"}:
+        raise UserError(f"heatmap in {origin} must be {{y: TASK_KEY, x: TASK_KEY}}, got {heatmap!r}")
+    y, x = str(heatmap["y"]), str(heatmap["x"])
+    points: dict[tuple[str, str], str] = {}
+    for column, overrides in columns.items():
+        if y not in overrides or x not in overrides:
+            raise UserError(f"column {column!r} does not set the heatmap keys {y!r} and {x!r}")
+        point = (repr(overrides[y]), repr(overrides[x]))
+        if point in points:
+            raise UserError(f"columns {points[point]!r} and {column!r} are the same heatmap point {y}, {x}")
+        points[point] = column
+    return y, x
 
 
 def load_sweep_recipe(path: str | Path) -> Reproduction | ScriptedRecipe:

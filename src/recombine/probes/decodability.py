@@ -41,7 +41,9 @@ def fit_linear_decoder(embeddings: np.ndarray, latents: np.ndarray, ridge: float
         raise UserError(f"ridge must be >= 0, got {ridge}")
     e_mean, z_mean = embeddings.mean(axis=0), latents.mean(axis=0)
     e, z = embeddings - e_mean, latents - z_mean
-    if ridge > 0:
+    if ridge > 0 and e.shape[1] > e.shape[0]:  # wide (e.g. MAML: every parameter): the same solution,
+        weight = e.T @ np.linalg.solve(e @ e.T + ridge * np.eye(e.shape[0]), z)  # a tasks x tasks system
+    elif ridge > 0:
         weight = np.linalg.solve(e.T @ e + ridge * np.eye(e.shape[1]), e.T @ z)
     else:
         weight = np.linalg.lstsq(e, z, rcond=None)[0]

@@ -10,9 +10,15 @@ import numpy as np
 
 from recombine.runs.store import RunDir
 
+PANELS_PER_ROW = 5
 
-def learning_curves(out: Path, manifest: dict[str, Any], split: str, path: Path) -> Path | None:
-    """One panel per column (task setting): ``split`` accuracy against step, a line per variant."""
+
+def learning_curves(
+    out: Path, manifest: dict[str, Any], split: str, path: Path, order: list[str] | None = None
+) -> Path | None:
+    """One panel per column (task setting): ``split`` accuracy against step, a line per variant.
+    Panels follow ``order`` (the reproduction's columns; default: sorted), at most
+    ``PANELS_PER_ROW`` to a row."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -26,9 +32,15 @@ def learning_curves(out: Path, manifest: dict[str, Any], split: str, path: Path)
             curves[entry["column"]][entry["variant"]].append(curve)
     if not curves:
         return None
-    columns = sorted(curves)
-    fig, axes = plt.subplots(1, len(columns), figsize=(5 * len(columns), 3.6), squeeze=False, sharey=True)
-    for ax, column in zip(axes[0], columns, strict=True):
+    known = [column for column in order or [] if column in curves]
+    columns = known + sorted(set(curves) - set(known))
+    n_cols = min(len(columns), PANELS_PER_ROW)
+    n_rows = -(-len(columns) // n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(5 * n_cols, 3.6 * n_rows), squeeze=False, sharey=True)
+    panels = axes.ravel()
+    for ax in panels[len(columns) :]:
+        ax.set_visible(False)
+    for ax, column in zip(panels, columns, strict=False):
         for variant, seeds in curves[column].items():
             steps = sorted(set.intersection(*(set(c) for c in seeds)))
             values = np.array([[c[s] for s in steps] for c in seeds])
@@ -38,8 +50,9 @@ def learning_curves(out: Path, manifest: dict[str, Any], split: str, path: Path)
         ax.set_title(column)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(f"{split} accuracy")
-    axes[0][-1].legend(fontsize=8, loc="best")
+    for row in axes:
+        row[0].set_ylabel(f"{split} accuracy")
+    panels[len(columns) - 1].legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

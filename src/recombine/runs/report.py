@@ -18,11 +18,12 @@ import torch
 from recombine.errors import UserError
 from recombine.experiments import get as get_reproduction
 from recombine.experiments.recipe import reproduction_from_recipe
-from recombine.experiments.reproduction import Reproduction
+from recombine.experiments.reproduction import PaperNumber, Reproduction
 from recombine.experiments.scripted_reproduction import CONFIG_FILE as SCRIPTED_CONFIG_FILE
 from recombine.runs.aggregate import SeedSummary
 from recombine.runs.figures import learning_curves
-from recombine.runs.html_report import render_html, render_markdown_report
+from recombine.runs.heatmap import heatmap_figure, matrix_tables
+from recombine.runs.html_report import render_html, render_markdown_page, render_markdown_report
 from recombine.runs.store import RunDir
 from recombine.runs.trial_record import read_failure
 
@@ -69,7 +70,7 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             cell = rows.get(variant.label, {}).get(column)
             paper = reproduction.paper.get((variant.label, column))
             entry: dict[str, Any] = {
-                "paper": None if paper is None else {"mean": paper.mean, "std": paper.std},
+                "paper": None if paper is None else paper.to_dict(),
                 "failed_runs": failed_cells.get((variant.label, column), []),
             }
             if cell:
@@ -123,9 +124,7 @@ def _table(
                 n_failed = len(cell["failed_runs"])
                 text = f"failed ({n_failed})" if text == "–" else f"{text}, {n_failed} failed"
             row.append(text)
-            row.append(
-                "–" if cell["paper"] is None else f"{cell['paper']['mean']:.2f} ± {cell['paper']['std']:.2f}"
-            )
+            row.append(_paper(cell["paper"]))
             times += cell.get("wall_time_s", [])
         for column in columns:
             row.append(_fmt(results["table"][variant.label][column].get("iid")))
@@ -149,13 +148,23 @@ def render_reproduction(out: Path, html: bool = False) -> str:
         + f". Cells: mean ± std over seeds (seeds with accuracy >= {reproduction.success_threshold}"
         " / seeds), model selected by accuracy on valid_ood."
     )
+    if any(number.success_rate is not None for number in reproduction.paper.values()):
+        intro += " Paper cells give the paper's success rate in parentheses where it states one."
     notes = [reproduction.scale_note] if reproduction.scale_note else []
     header, rows = _table(manifest, results, reproduction)
     lines = [f"# {title}", "", intro, ""]
     for note in notes:
         lines += [note, ""]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    if reproduction.heatmap is None:
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+    else:  # one matrix per row over the two task keys, and the heat maps (thesis Fig. 6.4)
+        in_grid = {entry["variant"] for entry in manifest["runs"]}
+        labels = [v.label for v in reproduction.variants if v.label in in_grid]
+        lines += matrix_tables(results, reproduction, labels, _fmt, _paper)[1:]
+        heatmaps = heatmap_figure(results, reproduction, labels, out / "heatmap.png")
+        if heatmaps is not None:
+            lines += ["", f"![{reproduction.report_split} accuracy, mean over seeds]({heatmaps.name})"]
     failed = results["failed_runs"]
     unfinished = [run for run in results["missing_runs"] if run not in failed]
     if failed:
@@ -163,7 +172,9 @@ def render_reproduction(out: Path, html: bool = False) -> str:
         lines += [f"- {run}: {reason}" for run, reason in failed.items()]
     if unfinished:
         lines += ["", f"Missing or unfinished runs ({len(unfinished)}): " + ", ".join(unfinished)]
-    figure = learning_curves(out, manifest, reproduction.report_split, out / "curves.png")
+    figure = learning_curves(
+        out, manifest, reproduction.report_split, out / "curves.png", list(reproduction.columns)
+    )
     caption = f"{reproduction.report_split} accuracy during training, mean over seeds (band: min-max)"
     if figure is not None:
         lines += ["", f"![{caption}]({figure.name})"]
@@ -173,7 +184,9 @@ def render_reproduction(out: Path, html: bool = False) -> str:
     markdown = "\n".join(lines) + "\n"
     (out / "report.md").write_text(markdown)
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    if html:
+    if html and reproduction.heatmap is not None:  # the matrices: the page is the Markdown's
+        (out / "report.html").write_text(render_markdown_page(markdown, out))
+    elif html:
         page = render_html(
             title=title,
             paragraphs=[intro, *notes],
@@ -187,6 +200,12 @@ def render_reproduction(out: Path, html: bool = False) -> str:
         )
         (out / "report.html").write_text(page)
     return markdown
+
+
+def _paper(number: dict[str, float] | None) -> str:
+    """The paper's cell (results.json's form of a :class:`PaperNumber`): mean ± std, and its success
+    rate in parentheses when it states one."""
+    return "–" if number is None else PaperNumber(**number).format()
 
 
 def _fmt(summary: dict[str, Any] | None) -> str:
