@@ -25,6 +25,7 @@ from recombine.experiments.hnet_meta_learning import (
     HYPERNETWORKS,
     META_LEARNERS,
     MONOLITHIC,
+    QUICK_TRAINING,
     LearnerSetting,
     MetaReproduction,
     MetaReproductionResult,
@@ -176,13 +177,7 @@ HNET_GOALS = ScriptedReproduction(
     run_hnet_goals,
     quick={
         "seeds": [0],
-        "training": {
-            "outer_steps": 2,
-            "meta_batch_size": 4,
-            "eval_every": 1,
-            "eval_tasks": 4,
-            "final_tasks": 8,
-        },
+        "training": QUICK_TRAINING,
         "n_shots": 8,
         "learners": {
             "linear_hnet": {"n_hidden": 8, "n_modules": 4, "inner_steps": 2},

@@ -73,6 +73,9 @@ from recombine.train.bilevel import INNER_OPTIMIZERS, BilevelConfig, MetaTask, e
 #: Bump whenever a trial's computation changes, so that old trials.jsonl lines are not taken for new ones.
 TRIAL_VERSION = 1
 
+#: the training overrides of every ``--quick`` HNET reproduction: a pipeline check in seconds
+QUICK_TRAINING = {"outer_steps": 2, "meta_batch_size": 4, "eval_every": 1, "eval_tasks": 4, "final_tasks": 8}
+
 #: the HNET appendix D learners compared in Figs. 3-4, in the order of the paper's tables
 META_LEARNERS = ("linear_hnet", "nonlinear_hnet", "anil", "maml")
 HYPERNETWORKS = ("linear_hnet", "nonlinear_hnet")

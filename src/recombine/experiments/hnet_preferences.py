@@ -26,6 +26,7 @@ from recombine.experiments.hnet_meta_learning import (
     HYPERNETWORKS,
     META_LEARNERS,
     MONOLITHIC,
+    QUICK_TRAINING,
     ClaimsFunction,
     LearnerSetting,
     MetaReproduction,
@@ -205,13 +206,7 @@ HNET_PREFERENCES = ScriptedReproduction(
     run_hnet_preferences,
     quick={
         "seeds": [0],
-        "training": {
-            "outer_steps": 2,
-            "meta_batch_size": 4,
-            "eval_every": 1,
-            "eval_tasks": 4,
-            "final_tasks": 8,
-        },
+        "training": QUICK_TRAINING,
         "n_instances": 2,
         "n_shots": 8,
         "learners": {

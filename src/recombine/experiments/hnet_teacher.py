@@ -24,6 +24,7 @@ from typing import Any
 
 from recombine.errors import UserError
 from recombine.experiments.hnet_meta_learning import (
+    QUICK_TRAINING,
     ClaimsFunction,
     LearnerSetting,
     MetaReproduction,
@@ -258,13 +259,7 @@ HNET_TEACHER = ScriptedReproduction(
     run_hnet_teacher,
     quick={
         "seeds": [0],
-        "training": {
-            "outer_steps": 2,
-            "meta_batch_size": 4,
-            "eval_every": 1,
-            "eval_tasks": 4,
-            "final_tasks": 16,
-        },
+        "training": {**QUICK_TRAINING, "final_tasks": 16},
         "n_shots": 8,
         "student": {"inner_steps": 2},
         "overparameterization": [{"hidden": 1, "modules": 1}, {"hidden": 2, "modules": 2}],
