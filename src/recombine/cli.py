@@ -288,6 +288,7 @@ def cmd_probe_masks(args: argparse.Namespace) -> int:
         "learning_rate": args.lr,
         "batch_size": args.batch_size,
         "seed": args.seed,
+        "eval_examples": args.eval_examples,
     }
     config = MaskProbeConfig(**{key: value for key, value in overrides.items() if value is not None})
     if config.steps < 1 or config.alpha < 0 or config.learning_rate <= 0:
@@ -389,19 +390,27 @@ def build_parser() -> argparse.ArgumentParser:
     masks = probes.add_parser(
         "masks", help="train a weight mask on a target split; accuracy with the mask and its inverse"
     )
-    masks.add_argument("run", help="a run directory of a classification task (e.g. from `recombine train`)")
+    masks.add_argument(
+        "run", help="a run directory of a classification or seq2seq task (e.g. from `recombine train`)"
+    )
     masks.add_argument(
         "--target",
         action="append",
         required=True,
         metavar="SPLIT[:depth=N]",
-        help="the mask's target: a split, or one depth of it (train:depth=3); give two to compare masks",
+        help="the mask's target: a split, or one depth of a classification split (train:depth=3); "
+        "give two to compare",
     )
     masks.add_argument("--steps", type=int, help="mask training steps (default 2000; thesis 20000)")
     masks.add_argument("--alpha", type=float, help="regulariser weight (default beta/batch = 1e-4/128)")
     masks.add_argument("--lr", type=float, help="mask learning rate (default 1e-2)")
     masks.add_argument("--batch-size", type=int, help="mask training batch size (default 128)")
     masks.add_argument("--seed", type=int, help="mask sampling and batch seed (default 0)")
+    masks.add_argument(
+        "--eval-examples",
+        type=int,
+        help="evaluate on a seeded sample of this many examples per split (default 0: all)",
+    )
     masks.add_argument("--checkpoint", default="best", choices=["best", "last"])
     masks.add_argument("--out", help="output directory (default RUN/probes/masks-TARGETS)")
     masks.set_defaults(handler=cmd_probe_masks)

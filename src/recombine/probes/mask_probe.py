@@ -1,7 +1,8 @@
-"""Weight masks on a trained classification run, ``recombine probe masks RUN --target SPLIT`` (thesis 3.1).
+"""Weight masks on a trained run, ``recombine probe masks RUN --target SPLIT`` (thesis 3.1).
 
 The run's model is frozen and a mask is trained on a *target*: a split of the run's task
-(``train``, ``valid_iid``, ...) or the examples of one depth of it (``train:depth=3``). This is the
+(``train``, ``valid_iid``, ...) or, for classification tasks, the examples of one depth of it
+(``train:depth=3``). This is the
 thesis's protocol for asking which weights a subset of the data needs (thesis 3.1; 3.3 trains a mask
 on one split's training set and tests it on that split's test set). For every target the probe
 reports the accuracy on every split of the task
@@ -13,9 +14,16 @@ reports the accuracy on every split of the task
 and with two targets (``--target A --target B``) the sharing between their masks: IoU and IoMin over
 all weights and per layer, and the per-layer sharing figure (thesis Figs. 3.1, 3.3).
 
-Mask training is :func:`recombine.probes.weight_masks.train_weight_mask` with the classification
+Classification runs: mask training is :func:`recombine.probes.weight_masks.train_weight_mask` with the
 cross-entropy on the run's ``(tokens, lengths) -> logits`` interface; accuracy is the training
 objective's own evaluation (:class:`recombine.train.objectives.ClassificationObjective`).
+
+Seq2seq runs (SCAN, PCFG SET, COGS, ...; thesis 3.3): the mask trains on the teacher-forced token
+cross-entropy (:func:`recombine.probes.seq2seq_masks.train_seq2seq_mask`, one mask sample per slice of
+the batch) and accuracy is the exact match of greedy decoding under the mask
+(:class:`~recombine.probes.seq2seq_masks.MaskedSeq2Seq` in
+:class:`~recombine.train.objectives.Seq2SeqObjective`). ``eval_examples`` caps every split's
+evaluation at a seeded sample, since greedy decoding of a full SCAN test set under five masks is slow.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from recombine.probes.mask_sets import (
     per_layer_sharing,
     plot_per_layer_sharing,
 )
+from recombine.probes.seq2seq_masks import MaskedSeq2Seq, train_seq2seq_mask
 from recombine.probes.weight_masks import (
     MaskedModel,
     MaskTrainingConfig,
@@ -47,9 +56,9 @@ from recombine.probes.weight_masks import (
     alpha_from_beta,
     train_weight_mask,
 )
-from recombine.tasks.base import ClassificationSplit, TaskData
-from recombine.train.batching import PaddedSplit
-from recombine.train.objectives import ClassificationObjective
+from recombine.tasks.base import ClassificationSplit, Seq2SeqSplit, Split, TaskData
+from recombine.train.batching import PaddedSeq2SeqSplit, PaddedSplit
+from recombine.train.objectives import objective_for
 
 _TARGET_PATTERN = re.compile(r"^(?P<split>[A-Za-z0-9_]+)(?::depth=(?P<depth>-?\d+))?$")
 
@@ -77,26 +86,40 @@ class MaskTarget:
     def file_stem(self) -> str:
         return self.split if self.depth is None else f"{self.split}-depth{self.depth}"
 
-    def select(self, task: TaskData) -> ClassificationSplit:
+    def select(self, task: TaskData) -> Split:
         """The target's examples (a UserError names the valid splits or depths)."""
         if self.split not in task.splits:
             raise UserError(
                 f"no split {self.split!r} in task {task.name}; {choices_hint(self.split, task.splits)}"
             )
         split = task.splits[self.split]
-        if not isinstance(split, ClassificationSplit):
-            raise UserError(f"split {self.split!r} is not a classification split")
         if self.depth is None:
             return split
+        if not isinstance(split, ClassificationSplit):
+            raise UserError(
+                f"{task.name} is a seq2seq task and its splits have no depths; give the split alone "
+                f"(--target {self.split})"
+            )
         keep = np.flatnonzero(split.depth == self.depth)
         if len(keep) == 0:
             depths = ", ".join(str(d) for d in sorted(set(split.depth.tolist())))
             raise UserError(
                 f"split {self.split!r} has no examples of depth {self.depth}; valid depths: {depths}"
             )
+        return take_examples(split, keep)
+
+
+def take_examples(split: Split, keep: np.ndarray) -> Split:
+    """The examples of ``split`` at the indices ``keep``, in that order."""
+    if isinstance(split, ClassificationSplit):
         return ClassificationSplit(
             inputs=[split.inputs[i] for i in keep], targets=split.targets[keep], depth=split.depth[keep]
         )
+    return Seq2SeqSplit(
+        inputs=[split.inputs[i] for i in keep],
+        outputs=[split.outputs[i] for i in keep],
+        group=split.group[keep],
+    )
 
 
 @dataclass
@@ -109,6 +132,7 @@ class MaskProbeConfig:
     batch_size: int = 128  # B.3.2
     n_samples: int = 4  # B.3.2
     eval_batch_size: int = 512
+    eval_examples: int = 0  # per split, a seeded sample of this many; 0: every example
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -116,10 +140,16 @@ class MaskProbeConfig:
             raise UserError(f"batch_size must be >= n_samples ({self.n_samples}), got {self.batch_size}")
         if self.eval_batch_size < 1:
             raise UserError("eval_batch_size must be >= 1")
+        if self.eval_examples < 0:
+            raise UserError(f"eval_examples must be >= 0 (0: all), got {self.eval_examples}")
 
-    def mask_training(self) -> MaskTrainingConfig:
+    def mask_training(self, application: str = "auto") -> MaskTrainingConfig:
         return MaskTrainingConfig(
-            steps=self.steps, learning_rate=self.learning_rate, alpha=self.alpha, n_samples=self.n_samples
+            steps=self.steps,
+            learning_rate=self.learning_rate,
+            alpha=self.alpha,
+            n_samples=self.n_samples,
+            application=application,
         )
 
 
@@ -177,32 +207,69 @@ def _batches(
         yield (tokens, lengths), targets
 
 
+def sample_examples(split: Split, n: int, seed: int) -> Split:
+    """``n`` examples of ``split`` drawn without replacement, in their original order (seeded; the
+    whole split when ``n`` is 0 or at least its size)."""
+    if n == 0 or n >= len(split):
+        return split
+    return take_examples(
+        split, np.sort(np.random.default_rng(seed).choice(len(split), size=n, replace=False))
+    )
+
+
+def _train_mask(
+    model: nn.Module, task: TaskData, subset: Split, config: MaskProbeConfig, index: int
+) -> MaskSet:
+    """The binary mask of ``model`` for ``subset``, the ``index``-th target (its own seeds)."""
+    if isinstance(subset, Seq2SeqSplit):
+        # nn.LSTM has no vmap rule and the Transformer's token packing has a dynamic shape: the
+        # per-sample loop applies the masks (recombine.probes.seq2seq_masks)
+        trained = train_seq2seq_mask(
+            model,
+            PaddedSeq2SeqSplit.from_split(subset),
+            task.spec.n_classes,
+            config.mask_training(application="loop"),
+            config.batch_size,
+            seed=config.seed + index,
+        )
+    else:
+        batches = _batches(PaddedSplit.from_split(subset), config.batch_size, config.seed * 1000 + index)
+        trained = train_weight_mask(
+            model, batches, classification_loss, config.mask_training(), seed=config.seed + index
+        )
+    return trained.binary
+
+
 def probe_masks(
     model: nn.Module, task: TaskData, targets: Sequence[MaskTarget], config: MaskProbeConfig
 ) -> MaskProbeResult:
-    """Train one mask per target on the frozen ``model``; evaluate masks and inverses on every split."""
-    if task.kind != "classify":
-        raise UserError(f"probe masks supports classification runs; task {task.name!r} is {task.kind}")
+    """Train one mask per target on the frozen ``model``; evaluate masks and inverses on every split
+    (classification accuracy, or exact match of greedy decoding for seq2seq tasks)."""
+    if task.kind not in ("classify", "seq2seq"):
+        raise UserError(
+            f"probe masks supports classification and seq2seq runs; task {task.name!r} is {task.kind}"
+        )
     if not 1 <= len(targets) <= 2:
         raise UserError(f"give one or two targets, got {len(targets)}")
     labels = [t.label for t in targets]
     if len(set(labels)) != len(labels):
         raise UserError(f"the targets must differ, got {labels}")
     subsets = [target.select(task) for target in targets]  # validates every target before training
-    masks: dict[str, MaskSet] = {}
-    for index, (target, subset) in enumerate(zip(targets, subsets, strict=True)):
-        batches = _batches(PaddedSplit.from_split(subset), config.batch_size, config.seed * 1000 + index)
-        trained = train_weight_mask(
-            model, batches, classification_loss, config.mask_training(), seed=config.seed + index
-        )
-        masks[target.label] = trained.binary
+    masks = {
+        target.label: _train_mask(model, task, subset, config, index)
+        for index, (target, subset) in enumerate(zip(targets, subsets, strict=True))
+    }
 
-    objective = ClassificationObjective()
-    prepared = {name: objective.prepare(split) for name, split in task.splits.items()}
+    objective = objective_for(task.spec)
+    prepared = {
+        name: objective.prepare(sample_examples(split, config.eval_examples, config.seed))
+        for name, split in task.splits.items()
+    }
+    masked = MaskedSeq2Seq if task.kind == "seq2seq" else MaskedModel
     evaluated: dict[str, nn.Module] = {"none": model}
     for label, mask in masks.items():
-        evaluated[label] = MaskedModel(model, mask)
-        evaluated[f"~{label}"] = MaskedModel(model, ~mask)
+        evaluated[label] = masked(model, mask)
+        evaluated[f"~{label}"] = masked(model, ~mask)
     accuracy = {
         name: {
             split: float(objective.evaluate(candidate, data, config.eval_batch_size)["accuracy"])
@@ -230,7 +297,7 @@ def write_probe_outputs(
     lines = [
         "# Weight masks (thesis 3.1)",
         "",
-        "Accuracy [%] per split; `~`: inverted mask.",
+        "Accuracy [%] per split (seq2seq: exact match of greedy decoding); `~`: inverted mask.",
         "",
         result.accuracy_table(),
     ]
