@@ -105,6 +105,18 @@ _add(
     attention="geometric",
     copy_gate=True,
 )
+_add(
+    "classify",
+    "ndr_modified",
+    _T,
+    _transformer,
+    "NDR of the CTL++ experiments: GELU, residual data path, no FFN dropout (thesis E.1.1)",
+    attention="geometric",
+    copy_gate=True,
+    activation="gelu",
+    data_residual=True,
+    ffn_dropout=False,
+)
 # thesis Tab. D.2: the gateless baselines with ACT (variant "A"; model.act=universal for "U")
 _add(
     "classify",

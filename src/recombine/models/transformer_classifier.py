@@ -11,7 +11,12 @@ preset                        attention        copy gate  PE
 ``transformer_absrel_gate``   gated abs/rel    yes        gated (eq. D.7)
 ``transformer_geom``          geometric        no         direction (eq. 5.9)
 ``ndr``                       geometric        yes        direction (eq. 5.9)
+``ndr_modified``              geometric        yes        direction (eq. 5.9)
 ============================  ===============  =========  ============
+
+``ndr_modified`` is the NDR of the CTL++ experiments (thesis E.1.1): GELU feed-forward blocks
+(``activation="gelu"``, eq. E.1), a residual connection in the data path (``data_residual=True``,
+eq. E.2) and no dropout on the feed-forward output (``ffn_dropout=False``).
 
 Each input gets a begin (B) and end (E) token; the prediction is read from the last column
 (the E token) of the final layer (thesis D.3.3), or the first column with ``readout="first"``.
@@ -41,6 +46,7 @@ import torch
 from torch import nn
 
 from recombine.errors import UserError, choices_hint
+from recombine.models.layers.activations import ACTIVATIONS
 from recombine.models.layers.adaptive_computation import (
     AdaptiveComputationResult,
     AdaptiveComputationTime,
@@ -70,9 +76,20 @@ class TransformerClassifierConfig(FeedForwardChoice):
     act: str = "none"  # none | graves | universal (thesis D.1, Tab. D.2 "A" / "U")
     act_alpha: float = 0.03  # ponder cost weight (D.1: best of 0.001 .. 0.1)
     act_epsilon: float = 0.01  # halting threshold 1 - epsilon (eq. D.2)
+    activation: str = "relu"  # relu (eq. 5.5) | gelu (eq. E.1, modified NDR)
+    data_residual: bool = False  # eq. E.2: u = LN(FFN_data(a) + a) (modified NDR; gated models only)
+    ffn_dropout: bool = True  # dropout on the feed-forward output (E.1.1: none in the modified NDR)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.activation not in ACTIVATIONS:
+            raise UserError(
+                f"unknown model.activation {self.activation!r}; {choices_hint(self.activation, ACTIVATIONS)}"
+            )
+        if self.activation != "relu" and self.ffn != "dense":
+            raise UserError(f"model.activation applies to the dense feed-forward block, not ffn={self.ffn}")
+        if self.data_residual and not self.copy_gate:
+            raise UserError("model.data_residual (thesis eq. E.2) needs model.copy_gate=true")
         check_act_variant(self.act)
         if not 0.0 < self.act_epsilon < 1.0:
             raise UserError(f"model.act_epsilon must be in (0, 1), got {self.act_epsilon}")
@@ -116,6 +133,9 @@ class TransformerClassifier(nn.Module):
                 config.attention_dropout,
                 config.gate_dropout,
                 ffn,
+                activation=config.activation,
+                data_residual=config.data_residual,
+                ffn_dropout=config.ffn_dropout,
             )
 
         n_modules = 1 if config.shared_layers else config.n_layers

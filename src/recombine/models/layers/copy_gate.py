@@ -7,6 +7,9 @@ copy path (thesis 5.1.1).
 Gate dropout (thesis E.1, "NDR uses a gate dropout of 0.1"): during training each column's gate is
 closed entirely with probability ``gate_dropout``, so the network learns to tolerate a column
 waiting one more step.
+
+``activation="gelu"`` is the modified NDR of thesis E.1.1, whose eq. E.1 replaces eq. 5.5 for every
+feed-forward block, the gate's included.
 """
 
 from __future__ import annotations
@@ -14,15 +17,25 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from recombine.models.layers.activations import build_activation
+
 GATE_BIAS_INIT = -3.0
 
 
 class CopyGate(nn.Module):
-    def __init__(self, d_model: int, bias_init: float = GATE_BIAS_INIT, gate_dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        bias_init: float = GATE_BIAS_INIT,
+        gate_dropout: float = 0.0,
+        activation: str = "relu",
+    ) -> None:
         super().__init__()
         self.gate_dropout = gate_dropout
-        # eq. 5.5 with W_1^gate, W_2^gate in R^{d x d}
-        self.ffn = nn.Sequential(nn.Linear(d_model, d_model), nn.ReLU(), nn.Linear(d_model, d_model))
+        # eq. 5.5 (eq. E.1 with GELU) with W_1^gate, W_2^gate in R^{d x d}
+        self.ffn = nn.Sequential(
+            nn.Linear(d_model, d_model), build_activation(activation), nn.Linear(d_model, d_model)
+        )
         nn.init.constant_(self.ffn[-1].bias, bias_init)
 
     def gate(self, attended: torch.Tensor) -> torch.Tensor:

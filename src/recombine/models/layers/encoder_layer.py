@@ -11,6 +11,10 @@ With the copy gate (eqs. 5.1-5.4) the feed-forward block has no residual and its
 FFN is the dense two-layer MLP (eq. 5.5) unless another feed-forward block is passed as ``ffn``
 (top-K MLP, PKM, sigma-MoE; thesis ch. 7, :mod:`recombine.models.layers.feed_forward`); such a block
 also receives the mask of real tokens (for its regulariser).
+
+The modified NDR of thesis E.1.1 is three switches: ``activation="gelu"`` (eq. E.1 for the data and gate
+FFNs), ``data_residual=True`` (eq. E.2 replaces eq. 5.2: ``u = LN(FFN_data(a) + a)``) and
+``ffn_dropout=False`` ("We do not use any dropout in Eq. E.1": the FFN output is not dropped).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from recombine.models.layers.activations import build_activation
 from recombine.models.layers.copy_gate import CopyGate
 from recombine.models.layers.geometric_attention import GeometricSelfAttention
 from recombine.models.layers.relative_attention import RelativeSelfAttention
@@ -53,18 +58,29 @@ class EncoderLayer(nn.Module):
         attention_dropout: float = 0.0,
         gate_dropout: float = 0.0,
         ffn: nn.Module | None = None,
+        activation: str = "relu",
+        data_residual: bool = False,
+        ffn_dropout: bool = True,
     ) -> None:
         super().__init__()
+        if data_residual and not copy_gate:
+            raise ValueError("data_residual (thesis eq. E.2) is a change to the gated layer; set copy_gate")
         self.attention = build_attention(attention, d_model, n_heads, attention_dropout)
         self.attention_norm = nn.LayerNorm(d_model)
         self.ffn_takes_mask = ffn is not None
         self.ffn = (  # eq. 5.5, or a thesis ch. 7 approximation of it
             ffn
             if ffn is not None
-            else nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+            else nn.Sequential(
+                nn.Linear(d_model, d_ff), build_activation(activation), nn.Linear(d_ff, d_model)
+            )
         )
         self.dropout = nn.Dropout(dropout)
-        self.copy_gate = CopyGate(d_model, gate_dropout=gate_dropout) if copy_gate else None
+        self.ffn_dropout = nn.Dropout(dropout) if ffn_dropout else nn.Identity()
+        self.data_residual = data_residual
+        self.copy_gate = (
+            CopyGate(d_model, gate_dropout=gate_dropout, activation=activation) if copy_gate else None
+        )
         # thesis D.3.3: gated models without geometric attention use tanh instead of LN in eq. 5.2
         self.update_norm: nn.Module = (
             nn.Tanh() if copy_gate and attention != "geometric" else nn.LayerNorm(d_model)
@@ -80,8 +96,10 @@ class EncoderLayer(nn.Module):
             transformed = self.ffn(a, token_mask)
         else:
             transformed = self.ffn(a)
+        transformed = self.ffn_dropout(transformed)
         if self.copy_gate is None:
-            return self.update_norm(a + self.dropout(transformed)), {"attention": attention}
-        u = self.update_norm(self.dropout(transformed))  # eq. 5.2
+            return self.update_norm(a + transformed), {"attention": attention}
+        # eq. 5.2, or eq. E.2 with the residual connection of the modified NDR (thesis E.1.1)
+        u = self.update_norm(transformed + a if self.data_residual else transformed)
         h_next, gate = self.copy_gate(a, u, h)  # eqs. 5.3-5.4
         return h_next, {"attention": attention, "gate": gate}
