@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -23,9 +22,9 @@ from recombine.probes.mask_analysis_double_add import (
     run_double_add_analysis,
     run_double_add_reproduction,
 )
-from recombine.probes.mask_sets import MaskSet
 from recombine.probes.weight_masks import MaskedModel, MaskTrainingConfig
 from recombine.tasks.addmul import AddMulConfig, build_double_addition
+from zeroed_weights import zeroed_outside
 
 
 def _config(train_steps: int = 300, mask_steps: int = 150) -> DoubleAddAnalysisConfig:
@@ -94,21 +93,12 @@ def test_masks_separate_the_pairs_as_in_table_3_1(result: DoubleAddAnalysisResul
     assert result.accuracy_table().splitlines()[0].startswith("| pair | none | full | pair1 | ~pair1 |")
 
 
-def _zeroed_copy(model: torch.nn.Module, mask: MaskSet) -> torch.nn.Module:
-    zeroed = copy.deepcopy(model)
-    with torch.no_grad():
-        for name, parameter in zeroed.named_parameters():
-            if name in mask.masks:
-                parameter[~mask[name]] = 0.0
-    return zeroed
-
-
 def test_inverted_mask_accuracy_equals_a_model_with_those_weights_zeroed_by_hand(
     result: DoubleAddAnalysisResult,
 ) -> None:
     test = build_double_addition(_config().task, seed=1)["test"]
     for name, mask in (("~pair1", ~result.masks["pair1"]), ("~pair2", ~result.masks["pair2"])):
-        zeroed = _zeroed_copy(result.model, mask)
+        zeroed = zeroed_outside(result.model, mask)
         for index, pair in enumerate(("pair1", "pair2")):
             assert pair_accuracy(zeroed, test, index, n_digits=1) == result.accuracy[name][pair]
         x = torch.as_tensor(test.inputs[:50])
@@ -118,7 +108,7 @@ def test_inverted_mask_accuracy_equals_a_model_with_those_weights_zeroed_by_hand
     )
     assert torch.equal(hidden["layers.0.weight"], result.masks["full"]["layers.0.weight"])
     assert torch.equal(hidden["layers.1.weight"], ~result.masks["pair1"]["layers.1.weight"])
-    zeroed = _zeroed_copy(result.model, hidden)
+    zeroed = zeroed_outside(result.model, hidden)
     assert pair_accuracy(zeroed, test, 1, n_digits=1) == result.accuracy["hidden~pair1"]["pair2"]
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from conftest import TINY_RUN
 from recombine.cli import main
@@ -17,6 +15,7 @@ from recombine.probes.attention_maps import load_run_model
 from recombine.probes.mask_probe import MaskTarget
 from recombine.probes.mask_sets import MaskSet
 from recombine.train.objectives import ClassificationObjective
+from zeroed_weights import zeroed_outside
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +76,7 @@ def test_inverted_mask_accuracy_equals_the_model_with_those_weights_zeroed(
     results = json.loads((probed / "results.json").read_text())
     model, task = load_run_model(run_dir)
     inverted = ~MaskSet.load(probed / "masks" / "train.pt")
-    zeroed = copy.deepcopy(model)
-    with torch.no_grad():
-        for name, parameter in zeroed.named_parameters():
-            if name in inverted.masks:
-                parameter[~inverted[name]] = 0.0
+    zeroed = zeroed_outside(model, inverted)
     objective = ClassificationObjective()
     accuracy = objective.evaluate(zeroed, objective.prepare(task.splits["valid_iid"]), 64)["accuracy"]
     assert results["accuracy"]["~train"]["valid_iid"] == pytest.approx(accuracy)

@@ -5,7 +5,6 @@ example at a time on a copy of the model whose weights outside the mask are set 
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from recombine.probes.attention_maps import load_run_model
 from recombine.probes.mask_probe import sample_examples
 from recombine.probes.mask_sets import MaskSet
 from recombine.tasks.base import Seq2SeqSplit
+from zeroed_weights import zeroed_outside
 
 EVAL_EXAMPLES = 60
 
@@ -63,15 +63,6 @@ def looped_exact_match(model: nn.Module, split: Seq2SeqSplit) -> float:
     return correct / len(split)
 
 
-def with_weights_outside_zeroed(model: nn.Module, mask: MaskSet) -> nn.Module:
-    kept = copy.deepcopy(model)
-    with torch.no_grad():
-        for name, parameter in kept.named_parameters():
-            if name in mask.masks:
-                parameter[~mask[name]] = 0.0
-    return kept
-
-
 def test_the_trained_run_is_worth_probing(probed: Path) -> None:
     results = json.loads((probed / "results.json").read_text())
     assert results["accuracy"]["none"]["test_iid"] > 0.1  # otherwise the checks below say little
@@ -90,9 +81,9 @@ def test_masked_and_inverted_accuracy_equal_zeroed_weights_decoded_one_by_one(
         assert isinstance(sample, Seq2SeqSplit) and len(sample) == EVAL_EXAMPLES
         accuracy = results["accuracy"]
         assert accuracy["none"][split] == pytest.approx(looped_exact_match(model, sample))
-        masked = with_weights_outside_zeroed(model, mask)
+        masked = zeroed_outside(model, mask)
         assert accuracy["train"][split] == pytest.approx(looped_exact_match(masked, sample))
-        inverted = with_weights_outside_zeroed(model, ~mask)
+        inverted = zeroed_outside(model, ~mask)
         assert accuracy["~train"][split] == pytest.approx(looped_exact_match(inverted, sample))
 
 
