@@ -2,10 +2,11 @@
 
 The authors' SCAN configuration (thesis Tab. C.1): d_model 128, 8 heads, d_ff 256, 3 + 3 layers, batch
 256, on the length resplit with cutoff 26 (thesis Tab. 4.1). For each preset: the median wall time of one
-training step (forward, backward, gradient clipping, AdamW update) over random training batches, and
-the examples per second of batched greedy decoding of the OOD test split (a fixed number of steps, as an
-untrained model rarely emits EOS), all variants interleaved round by round so that ratios stay
-meaningful on a loaded machine.
+training step (forward, backward, gradient clipping, AdamW update) over random training batches, its
+median process CPU time (at one thread the step's own work, which other jobs on a loaded machine
+inflate much less than the wall time), and the examples per second of batched greedy decoding of the
+OOD test split (a fixed number of steps, as an untrained model rarely emits EOS), all variants
+interleaved round by round so that ratios stay meaningful on a loaded machine.
 
 Usage: ``python benchmarks/bench_seq2seq_transformer.py [--threads T] [--steps N] [--out FILE]``
 """
@@ -56,13 +57,14 @@ def main() -> None:
         setups[name] = (model, optimizer, torch.Generator().manual_seed(0))
 
     step_s: dict[str, list[float]] = {name: [] for name in PRESETS}
+    step_cpu_s: dict[str, list[float]] = {name: [] for name in PRESETS}
     decode_s: dict[str, list[float]] = {name: [] for name in PRESETS}
     for round_ in range(args.rounds):
         for name, (model, optimizer, generator) in setups.items():
             model.train()
             for step in range(args.steps + (2 if round_ == 0 else 0)):  # 2 warm-up steps in the first round
                 batch = objective.batch(train, BATCH, generator, balanced=False)
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 loss, _, _ = objective.loss(model, batch)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -70,6 +72,7 @@ def main() -> None:
                 optimizer.step()
                 if round_ > 0 or step >= 2:
                     step_s[name].append(time.perf_counter() - start)
+                    step_cpu_s[name].append(time.process_time() - start_cpu)
             model.eval()
             start = time.perf_counter()
             model.greedy_decode(decode_batch.src, decode_batch.src_len, DECODE_STEPS)
@@ -83,6 +86,7 @@ def main() -> None:
                 "parameters": sum(p.numel() for p in setups[name][0].parameters()),
                 "train_step_s_median": statistics.median(step_s[name]),
                 "train_step_s_min": min(step_s[name]),
+                "train_step_cpu_s_median": statistics.median(step_cpu_s[name]),
                 "decode_examples_per_s": DECODE_BATCH / statistics.median(decode_s[name]),
                 "decode_steps": DECODE_STEPS,
             }

@@ -218,3 +218,43 @@ def test_sigma_moe_regulariser_reaches_the_training_loss_only() -> None:
     model(src, src_len, tgt_in, tgt_len)
     model(src, src_len, tgt_in, tgt_len)
     torch.testing.assert_close(model.auxiliary_loss(), first)
+
+
+def padded_layer_by_layer(
+    model: torch.nn.Module, src: torch.Tensor, src_len: torch.Tensor, tgt_in: torch.Tensor
+) -> torch.Tensor:
+    """The model on the padded batch, one layer application after the other: no token packing in the
+    encoder or the decoder, the keys and values of the encoder output computed anew in every application."""
+    padding = torch.arange(src.shape[1])[None, :] >= src_len[:, None]
+    h = model._embed(model.src_embedding, src)
+    for step in range(model.config.n_encoder_layers):
+        h, _ = model.encoder_layers[step % len(model.encoder_layers)](h, padding)
+    g = model._embed(model.tgt_embedding, tgt_in)
+    for step in range(model.config.n_decoder_layers):
+        g = model.decoder_layers[step % len(model.decoder_layers)](g, h, padding)
+    return torch.nn.functional.linear(g, model.tgt_embedding.weight[: SPEC.n_classes + 1])
+
+
+@pytest.mark.parametrize("name", SEQ2SEQ)
+def test_forward_equals_the_padded_layer_by_layer_computation_values_and_gradients(name: str) -> None:
+    """``forward`` packs the encoder and decoder positions and computes the keys and values of the encoder
+    output once per decoder layer (universal: once): the same logits at every real target position, and
+    the same gradients for every parameter, as the plain padded computation."""
+    model = build(name, n_encoder_layers=3, n_decoder_layers=3)
+    src, src_len = random_sources(5, seed=6)
+    tgt_len = torch.tensor([7, 1, 4, 6, 2])
+    tgt_in = torch.randint(1, SPEC.n_classes, (5, 7), generator=torch.Generator().manual_seed(6))
+    tgt_in[:, 0] = sos_id(SPEC.n_classes)
+    real = torch.arange(7)[None, :] < tgt_len[:, None]
+    fast = model(src, src_len, tgt_in, tgt_len)[real]
+    plain = padded_layer_by_layer(model, src, src_len, tgt_in)[real]
+    torch.testing.assert_close(fast, plain)
+    weights = torch.randn_like(fast)
+    params = list(model.parameters())
+    fast_grads = torch.autograd.grad((fast * weights).sum(), params, allow_unused=True)
+    plain_grads = torch.autograd.grad((plain * weights).sum(), params, allow_unused=True)
+    names = [param_name for param_name, _ in model.named_parameters()]
+    for param_name, fast_grad, plain_grad in zip(names, fast_grads, plain_grads, strict=True):
+        assert (fast_grad is None) == (plain_grad is None), param_name
+        if plain_grad is not None:
+            torch.testing.assert_close(fast_grad, plain_grad, msg=param_name)

@@ -116,6 +116,7 @@ class TransformerSeq2Seq(nn.Module):
                 copy_gate=False,
                 attention_dropout=config.attention_dropout,
                 ffn=config.build_block(d, config.d_ff, config.n_encoder_layers),
+                fast_dropout=True,  # layers/fast_dropout.py: nn.Dropout's distribution, faster on CPU
             )
 
         def decoder_layer() -> DecoderLayer:
@@ -157,16 +158,27 @@ class TransformerSeq2Seq(nn.Module):
         return h
 
     def encode(self, src: torch.Tensor, src_len: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(memory [B, S, d], padding [B, S])`` for the 0-padded source ``src [B, S]``."""
+        """``(memory [B, S, d], padding [B, S])`` for the 0-padded source ``src [B, S]``. Only the real
+        positions are computed (``layers/token_packing.py``; the keys of padded ones are hidden from every
+        query): ``memory`` is 0 at the padding."""
         padding = torch.arange(src.shape[1], device=src.device)[None, :] >= src_len[:, None]
-        h = self._embed(self.src_embedding, src)
+        packing = TokenPacking.from_lengths(src_len, src.shape[1])
+        h = self._embed(self.src_embedding, packing.pack(src), packing.positions)
         for step in range(self.config.n_encoder_layers):
-            h, _ = self.encoder_layers[step % len(self.encoder_layers)](h, padding)
-        return h, padding
+            h, _ = self.encoder_layers[step % len(self.encoder_layers)](h, padding, packing)
+        return packing.unpack(h), padding
 
     def new_decoder_cache(self) -> list[tuple[KeyValueCache, KeyValueCache]]:
-        """Empty key/value caches for incremental decoding, one pair per decoder layer application."""
-        return [(KeyValueCache(), KeyValueCache()) for _ in range(self.config.n_decoder_layers)]
+        """Empty key/value caches for incremental decoding, one pair per decoder layer application. The
+        applications of one layer (universal: all of them) share its cross-attention cache: the keys and
+        values of the encoder output are the same for each."""
+        cross = self._cross_attention_caches()
+        return [(KeyValueCache(), cross[step]) for step in range(self.config.n_decoder_layers)]
+
+    def _cross_attention_caches(self) -> list[KeyValueCache]:
+        """One cross-attention cache per decoder layer application, shared by the applications of a layer."""
+        caches = [KeyValueCache() for _ in self.decoder_layers]
+        return [caches[step % len(caches)] for step in range(self.config.n_decoder_layers)]
 
     def decode(
         self,
@@ -180,7 +192,8 @@ class TransformerSeq2Seq(nn.Module):
         ``tgt_in[:, :t+1]`` only). With a ``cache`` (:meth:`new_decoder_cache`) ``tgt_in`` holds only the
         positions after those of earlier calls, whose keys and values the cache keeps. With ``tgt_len``
         (no cache) only positions ``t < tgt_len[b]`` are computed (``layers/token_packing.py``); the
-        logits of the others are 0."""
+        logits of the others are 0. Without a cache the keys and values of ``memory`` are still computed
+        once per decoder layer, not once per application (universal: once in all)."""
         start = cache[0][0].length if cache is not None else 0
         positions = torch.arange(start, start + tgt_in.shape[1], device=tgt_in.device)
         packing = None
@@ -188,9 +201,12 @@ class TransformerSeq2Seq(nn.Module):
             packing = TokenPacking.from_lengths(tgt_len, tgt_in.shape[1])
             tgt_in, positions = packing.pack(tgt_in), packing.positions
         h = self._embed(self.tgt_embedding, tgt_in, positions)
+        caches: list[tuple[KeyValueCache | None, KeyValueCache | None]] = (
+            list(cache) if cache is not None else [(None, cross) for cross in self._cross_attention_caches()]
+        )
         for step in range(self.config.n_decoder_layers):
             layer = self.decoder_layers[step % len(self.decoder_layers)]
-            h = layer(h, memory, padding, cache[step] if cache is not None else None, packing)
+            h = layer(h, memory, padding, caches[step], packing)
         if self.output is not None:
             logits = self.output(h)
         else:  # tied (thesis C.2), no SOS row

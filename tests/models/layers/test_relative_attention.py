@@ -138,8 +138,8 @@ def test_relative_shift_places_each_offset_column_at_i_minus_j() -> None:
 
 
 def test_fused_attention_paths_equal_the_explicit_ones() -> None:
-    """``need_weights=False`` (softmax: scaled_dot_product_attention) gives the same outputs, also with
-    key padding, causal masking and a cache."""
+    """``need_weights=False`` gives the same outputs (and no weights), also with key padding, causal
+    masking and a cache."""
     torch.manual_seed(6)
     h, memory = torch.randn(3, 5, 8, dtype=torch.float64), torch.randn(3, 4, 8, dtype=torch.float64)
     padding = torch.tensor([[False] * 4, [False, False, False, True], [False, True, True, True]])

@@ -15,6 +15,10 @@ also receives the mask of real tokens (for its regulariser).
 The modified NDR of thesis E.1.1 is three switches: ``activation="gelu"`` (eq. E.1 for the data and gate
 FFNs), ``data_residual=True`` (eq. E.2 replaces eq. 5.2: ``u = LN(FFN_data(a) + a)``) and
 ``ffn_dropout=False`` ("We do not use any dropout in Eq. E.1": the FFN output is not dropped).
+
+``fast_dropout=True`` draws the dropout masks of the layer's own dropout (after attention and FFN) with
+:class:`~recombine.models.layers.fast_dropout.FastDropout`: the same distribution, faster on CPU, a
+different random stream (the seq2seq Transformer uses it; the classifiers keep ``nn.Dropout``).
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from torch import nn
 
 from recombine.models.layers.activations import build_activation
 from recombine.models.layers.copy_gate import CopyGate
+from recombine.models.layers.fast_dropout import FastDropout
 from recombine.models.layers.geometric_attention import GeometricSelfAttention
 from recombine.models.layers.relative_attention import RelativeSelfAttention
 from recombine.models.layers.softmax_attention import SoftmaxSelfAttention
+from recombine.models.layers.token_packing import TokenPacking
 
 AttentionKind = Literal["softmax", "relative", "gated_absrel", "geometric"]
 ATTENTION_KINDS = ("softmax", "relative", "gated_absrel", "geometric")
@@ -61,6 +67,7 @@ class EncoderLayer(nn.Module):
         activation: str = "relu",
         data_residual: bool = False,
         ffn_dropout: bool = True,
+        fast_dropout: bool = False,
     ) -> None:
         super().__init__()
         if data_residual and not copy_gate:
@@ -75,8 +82,9 @@ class EncoderLayer(nn.Module):
                 nn.Linear(d_model, d_ff), build_activation(activation), nn.Linear(d_ff, d_model)
             )
         )
-        self.dropout = nn.Dropout(dropout)
-        self.ffn_dropout = nn.Dropout(dropout) if ffn_dropout else nn.Identity()
+        dropout_kind = FastDropout if fast_dropout else nn.Dropout
+        self.dropout = dropout_kind(dropout)
+        self.ffn_dropout = dropout_kind(dropout) if ffn_dropout else nn.Identity()
         self.data_residual = data_residual
         self.copy_gate = (
             CopyGate(d_model, gate_dropout=gate_dropout, activation=activation) if copy_gate else None
@@ -87,12 +95,22 @@ class EncoderLayer(nn.Module):
         )
 
     def forward(
-        self, h: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+        self,
+        h: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        packing: TokenPacking | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        attended, attention = self.attention(h, key_padding_mask)
+        """``h [B, N, d_model]``, or with ``packing`` (softmax and relative attention only) the real
+        positions ``[n, d_model]`` of a right-padded batch (:mod:`~recombine.models.layers.token_packing`):
+        every operation but the attention then runs on those only. Returns the next states shaped like
+        ``h`` and ``{"attention": [B, heads, N, N], "gate": ...}``."""
+        if packing is None:
+            attended, attention = self.attention(h, key_padding_mask)
+        else:
+            attended, attention = self.attention(h, key_padding_mask, packing=packing)
         a = self.attention_norm(h + self.dropout(attended))  # eq. 5.1
-        if self.ffn_takes_mask:
-            token_mask = None if key_padding_mask is None else ~key_padding_mask
+        if self.ffn_takes_mask:  # packed: every row is a real token
+            token_mask = None if key_padding_mask is None or packing is not None else ~key_padding_mask
             transformed = self.ffn(a, token_mask)
         else:
             transformed = self.ffn(a)

@@ -16,7 +16,7 @@ import torch
 
 @dataclass
 class KeyValueCache:
-    keys: torch.Tensor | None = None  # [B, n_heads, positions so far, d_head]
+    keys: torch.Tensor | None = None  # [n_heads, B, positions so far, d_head] (head-major)
     values: torch.Tensor | None = None
 
     @property

@@ -16,10 +16,11 @@ With a :class:`~recombine.models.layers.kv_cache.KeyValueCache` (incremental dec
 values of the new positions are appended to those of earlier calls, and the queries are the last
 positions: ``i`` runs over the newest ``N`` of all ``M`` positions.
 
-The position terms are computed once per offset, ``[N, 2M-1]`` (``[N, M]`` causal), and moved to their
+The position terms are computed once per offset, ``[N, 2M-1]`` (``[N, M+1]`` causal), and moved to their
 ``(i, j)`` places by one strided view (:func:`relative_shift`). With a
 :class:`~recombine.models.layers.token_packing.TokenPacking` the projections run on the real positions
-only.
+only. As in :mod:`~recombine.models.layers.softmax_attention`, the attention runs in the head-major
+``[heads, B, N, d_head]`` layout (``split_heads``, ``attend``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from torch import nn
 
 from recombine.models.layers.kv_cache import KeyValueCache
 from recombine.models.layers.positional import sinusoidal_embedding
-from recombine.models.layers.softmax_attention import hidden_keys
+from recombine.models.layers.softmax_attention import attend, hidden_keys, merge_heads, split_heads
 from recombine.models.layers.token_packing import TokenPacking
 
 
@@ -70,41 +71,44 @@ class RelativeSelfAttention(nn.Module):
         weights (the fused ``F.scaled_dot_product_attention`` with terms (b) + (d) as its additive mask
         was measured slower on CPU than this explicit form, so both compute the same way).
         Returns ``(out [B, N, d_model] or [n, d_model], attention [B, n_heads, N, M] or None)``."""
-        projected = self.qkv(h)
-        if packing is not None:
-            projected = packing.unpack(projected)
-        batch, length, _ = projected.shape
-        q, k, v = projected.view(batch, length, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
+        heads = self.n_heads
+        # [heads, B, N, d_head] each (softmax_attention.split_heads; zeros at the padding with packing)
+        q, k, v = split_heads(self.qkv(h), 3 * heads, packing).unflatten(0, (3, heads)).unbind(0)
+        _, batch, length, _ = q.shape
         if cache is not None:
             k, v = cache.append(k, v)
         n_keys = k.shape[2]
         # thesis D.3.3: dropout on the content and position query components
-        content_query = self.dropout(q) + self.content_bias[:, None]  # queries of (a) + (c)
-        position_query = self.dropout(q) + self.position_bias[:, None]  # queries of (b) + (d)
+        content_query = self.dropout(q) + self.content_bias[:, None, None]  # queries of (a) + (c)
+        position_query = self.dropout(q) + self.position_bias[:, None, None]  # queries of (b) + (d)
 
         # i - j from M-1 down to -(M-1) (symmetric, thesis C.3), or down to -1 (causal: offset -1 is never
         # attended to; its column gives relative_shift the width M + 1 it needs without a padding copy)
         offsets = torch.arange(n_keys - 1, -2 if causal else -n_keys, -1, device=q.device)
-        # [B, H, N, 2M-1 or M+1]; einsum: one matmul per head, not one per (batch, head)
-        by_offset = torch.einsum("bhnd,hwd->bhnw", position_query, self._position_keys(offsets))
-        position = relative_shift(by_offset, n_keys)  # [B, H, N, M]: p_{i-j} (causal: j > i is arbitrary)
+        # [heads, B, N, 2M-1 or M+1]: one matmul per head over all (b, i), no transposing copy
+        by_offset = self._by_position(position_query, self._position_keys(offsets))
+        position = relative_shift(by_offset, n_keys)  # [heads, B, N, M]: p_{i-j} (causal: j > i arbitrary)
         if self.absolute_gate is not None:  # term (e): r_i p_{i-j} + (1 - r_i) p_j, linear in p
             j = torch.arange(n_keys, device=q.device)
-            absolute = torch.einsum("bhnd,hwd->bhnw", position_query, self._position_keys(j))
+            absolute = self._by_position(position_query, self._position_keys(j))
             gate = self.absolute_gate(h)
             if packing is not None:
                 gate = packing.unpack(gate)
-            r = torch.sigmoid(gate).transpose(1, 2).unsqueeze(-1)  # [B, H, N, 1]
+            r = torch.sigmoid(gate).permute(2, 0, 1).unsqueeze(-1)  # [heads, B, N, 1]
             position = r * position + (1 - r) * absolute
 
         hidden = hidden_keys(key_padding_mask, causal, length, n_keys, q.device)
-        logits = (content_query @ k.transpose(-1, -2) + position) * self.d_head**-0.5
-        if hidden is not None:
-            logits = logits.masked_fill(hidden, float("-inf"))
-        attention = logits.softmax(-1)
-        mixed = attention @ v
-        out = mixed.transpose(1, 2).reshape(batch, length, -1)
-        return self.out(out if packing is None else packing.pack(out)), attention if need_weights else None
+        mixed, attention = attend(content_query, k, v, hidden, self.d_head**-0.5, position)
+        out = self.out(merge_heads(mixed, packing))
+        return out, attention.transpose(0, 1) if need_weights else None
+
+    @staticmethod
+    def _by_position(query: torch.Tensor, position_keys: torch.Tensor) -> torch.Tensor:
+        """``query [heads, B, N, d_head]`` times ``position_keys [heads, W, d_head]``: ``[heads, B, N, W]``
+        (one matmul per head over all ``(b, i)``)."""
+        heads, batch, length, d_head = query.shape
+        products = query.reshape(heads, batch * length, d_head) @ position_keys.transpose(-1, -2)
+        return products.view(heads, batch, length, -1)
 
 
 def relative_shift(by_offset: torch.Tensor, n_keys: int) -> torch.Tensor:
