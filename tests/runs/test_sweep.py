@@ -60,6 +60,7 @@ def tiny_recipe(variants: list[dict[str, Any]], seeds: int = 1) -> dict[str, Any
         "ctlpp-ar",
         "ctlpp-s",
         "scan-length",
+        "trafo-datasets",
     ],
 )
 def test_recipe_file_is_the_named_reproduction(name: str) -> None:

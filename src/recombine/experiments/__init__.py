@@ -38,6 +38,7 @@ from recombine.experiments.smfr_bpmnist import SMFR_BPMNIST
 from recombine.experiments.smfr_double_add import SMFRDoubleAddConfig, run_double_addition
 from recombine.experiments.smfr_interference import SMFRInterferenceConfig, run_interference
 from recombine.experiments.smfr_interference_grid import SMFRInterferenceGridConfig, run_interference_grid
+from recombine.experiments.trafo_datasets import TRAFO_DATASETS
 from recombine.probes.mask_analysis_addmul import MaskAddMulReproductionConfig, run_masks_addmul
 from recombine.probes.mask_analysis_cnn import MaskCNNReproductionConfig, run_masks_cnn
 from recombine.probes.mask_analysis_double_add import MaskDoubleAddReproductionConfig, run_masks_double_add
@@ -265,6 +266,7 @@ REPRODUCTIONS: dict[str, Reproduction | ScriptedReproduction] = {
         CTLPP_AR,
         CTLPP_S,
         SCAN_LENGTH,
+        TRAFO_DATASETS,
         *SCRIPTED,
     ]
 }
