@@ -93,6 +93,49 @@ def test_small_scan_subset_is_memorised() -> None:
     assert result["accuracy"] >= 0.9
     assert set(result["per_depth"]) == {str(n) for n in np.unique(subset.group)}
 
+    # evaluation decodes length-sorted batches: every example's verdict must be the one it gets alone;
+    # the memorised commands mixed with unseen longer ones give right and wrong answers of many lengths
+    valid = task.splits["valid_iid"]
+    assert isinstance(valid, Seq2SeqSplit)
+    mixed = Seq2SeqSplit(
+        inputs + valid.inputs[:100],
+        outputs + valid.outputs[:100],
+        np.concatenate([subset.group, valid.group[:100]]),
+    )
+    result = objective.evaluate(model, objective.prepare(mixed), batch_size=16)
+    model.eval()
+    alone = []
+    with torch.no_grad():
+        for source, target in zip(mixed.inputs, mixed.outputs, strict=True):
+            tokens, lengths = model.greedy_decode(
+                torch.as_tensor(source)[None], torch.tensor([len(source)]), max_length=len(target) + 1
+            )
+            alone.append(tokens[0, : int(lengths[0])].tolist() == target.tolist())
+    assert 0.3 < np.mean(alone) < 0.9  # right and wrong answers, so a misplaced verdict would show
+    assert result["accuracy"] == pytest.approx(np.mean(alone))
+    for group in np.unique(mixed.group):
+        in_group = [a for a, g in zip(alone, mixed.group, strict=True) if g == group]
+        assert result["per_depth"][str(group)] == pytest.approx(np.mean(in_group))
+
+
+def test_length_sorted_batches_cover_every_example_once_shortest_outputs_first() -> None:
+    rng = np.random.default_rng(0)
+    out_lengths = rng.integers(1, 30, size=50)
+    split = Seq2SeqSplit(
+        [rng.integers(1, 5, size=int(n)) for n in rng.integers(1, 9, size=50)],
+        [np.arange(1, n + 1) for n in out_lengths],
+        np.arange(50),
+    )
+    padded = PaddedSeq2SeqSplit.from_split(split)
+    seen, previous_longest = [], 0
+    for index, batch in padded.length_sorted_batches(8):
+        assert batch.group.tolist() == index.tolist()  # group = original index here
+        assert batch.tgt_len.tolist() == out_lengths[index.numpy()].tolist()
+        assert int(batch.tgt_len.min()) >= previous_longest and batch.tgt.shape[1] == int(batch.tgt_len.max())
+        previous_longest = int(batch.tgt_len.max())
+        seen += index.tolist()
+    assert sorted(seen) == list(range(50))
+
 
 def test_cli_trains_a_relative_transformer_on_a_scan_length_split(tmp_path: Path) -> None:
     from recombine.cli import main

@@ -149,3 +149,15 @@ class PaddedSeq2SeqSplit:
     def sequential_batches(self, size: int) -> Iterator[Seq2SeqBatch]:
         for start in range(0, len(self), size):
             yield self.batch(torch.arange(start, min(start + size, len(self))))
+
+    def length_sorted_batches(self, size: int) -> Iterator[tuple[torch.Tensor, Seq2SeqBatch]]:
+        """``(index, batch)`` over every example once, in order of output length (then input length).
+
+        Greedy decoding runs a batch until its longest target is done, so a batch that mixes one long
+        output with short ones pays the long one for all of them; with heavy-tailed output lengths (PCFG
+        SET, COGS) sorted batches decode several times faster. ``index`` maps the batch's rows back to
+        the split."""
+        order = torch.argsort(self.output_lengths * (int(self.input_lengths.max()) + 1) + self.input_lengths)
+        for start in range(0, len(self), size):
+            index = order[start : start + size]
+            yield index, self.batch(index)

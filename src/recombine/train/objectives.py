@@ -175,16 +175,16 @@ class Seq2SeqObjective:
         was_training = model.training
         model.eval()
         correct = torch.zeros(len(prepared), dtype=torch.bool)
-        total_loss, total_tokens, start = 0.0, 0, 0
-        for batch in prepared.sequential_batches(batch_size):
+        total_loss, total_tokens = 0.0, 0
+        # batches of similar output length: decoding runs until a batch's longest target is done
+        for index, batch in prepared.length_sorted_batches(batch_size):
             logits, target, length = self._teacher_forced(model, batch)
             total_loss += token_cross_entropy(logits, target, reduction="sum").item()
             total_tokens += int(length.sum())
             # len(y) + 1 steps (tokens + EOS) suffice: an output still running after the longest target's
             # steps is wrong whatever comes next, so decoding further cannot change the accuracy.
             tokens, lengths = model.greedy_decode(batch.src, batch.src_len, max_length=int(length.max()))
-            correct[start : start + len(length)] = exact_match(tokens, lengths, batch.tgt, batch.tgt_len)
-            start += len(length)
+            correct[index] = exact_match(tokens, lengths, batch.tgt, batch.tgt_len)
         model.train(was_training)
         return {
             "accuracy": correct.float().mean().item(),
