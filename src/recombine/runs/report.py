@@ -111,7 +111,7 @@ def _table(
         header += [f"{column} {reproduction.report_split} (ours)", f"{column} (paper)"]
     for column in columns:
         header += [f"{column} {reproduction.iid_split} (ours)"]
-    header += ["s / seed"]
+    header += ["s / run"]  # mean wall time of one cell (one column, one seed)
     in_grid = {entry["variant"] for entry in manifest["runs"]}
     rows = []
     for variant in reproduction.variants:
@@ -146,7 +146,8 @@ def render_reproduction(out: Path, html: bool = False) -> str:
         + f"Seeds: {manifest['seeds']}"
         + (" (quick mode: not the documented scale)" if manifest["quick"] else "")
         + f". Cells: mean ± std over seeds (seeds with accuracy >= {reproduction.success_threshold}"
-        " / seeds), model selected by accuracy on valid_ood."
+        " / seeds); each run's checkpoint selected by accuracy on valid_ood (valid_iid where the task has"
+        " no valid_ood split)."
     )
     if any(number.success_rate is not None for number in reproduction.paper.values()):
         intro += " Paper cells give the paper's success rate in parentheses where it states one."
