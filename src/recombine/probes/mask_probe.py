@@ -106,20 +106,7 @@ class MaskTarget:
             raise UserError(
                 f"split {self.split!r} has no examples of depth {self.depth}; valid depths: {depths}"
             )
-        return take_examples(split, keep)
-
-
-def take_examples(split: Split, keep: np.ndarray) -> Split:
-    """The examples of ``split`` at the indices ``keep``, in that order."""
-    if isinstance(split, ClassificationSplit):
-        return ClassificationSplit(
-            inputs=[split.inputs[i] for i in keep], targets=split.targets[keep], depth=split.depth[keep]
-        )
-    return Seq2SeqSplit(
-        inputs=[split.inputs[i] for i in keep],
-        outputs=[split.outputs[i] for i in keep],
-        group=split.group[keep],
-    )
+        return split.take(keep)
 
 
 @dataclass
@@ -143,13 +130,9 @@ class MaskProbeConfig:
         if self.eval_examples < 0:
             raise UserError(f"eval_examples must be >= 0 (0: all), got {self.eval_examples}")
 
-    def mask_training(self, application: str = "auto") -> MaskTrainingConfig:
+    def mask_training(self) -> MaskTrainingConfig:
         return MaskTrainingConfig(
-            steps=self.steps,
-            learning_rate=self.learning_rate,
-            alpha=self.alpha,
-            n_samples=self.n_samples,
-            application=application,
+            steps=self.steps, learning_rate=self.learning_rate, alpha=self.alpha, n_samples=self.n_samples
         )
 
 
@@ -212,9 +195,7 @@ def sample_examples(split: Split, n: int, seed: int) -> Split:
     whole split when ``n`` is 0 or at least its size)."""
     if n == 0 or n >= len(split):
         return split
-    return take_examples(
-        split, np.sort(np.random.default_rng(seed).choice(len(split), size=n, replace=False))
-    )
+    return split.take(np.sort(np.random.default_rng(seed).choice(len(split), size=n, replace=False)))
 
 
 def _train_mask(
@@ -222,13 +203,11 @@ def _train_mask(
 ) -> MaskSet:
     """The binary mask of ``model`` for ``subset``, the ``index``-th target (its own seeds)."""
     if isinstance(subset, Seq2SeqSplit):
-        # nn.LSTM has no vmap rule and the Transformer's token packing has a dynamic shape: the
-        # per-sample loop applies the masks (recombine.probes.seq2seq_masks)
         trained = train_seq2seq_mask(
             model,
             PaddedSeq2SeqSplit.from_split(subset),
             task.spec.n_classes,
-            config.mask_training(application="loop"),
+            config.mask_training(),
             config.batch_size,
             seed=config.seed + index,
         )

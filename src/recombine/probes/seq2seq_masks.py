@@ -24,6 +24,7 @@ mask removes (thesis Fig. 3.5b: "almost half of the weights corresponding to I_J
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -119,7 +120,11 @@ def train_seq2seq_mask(
 ) -> MaskTrainingResult:
     """A mask for the frozen seq2seq ``model`` trained on ``split`` (thesis 3.1, 3.3): token
     cross-entropy of the teacher-forced outputs plus ``alpha * sum_i l_i``; ``batch_size`` examples per
-    step, shared between the ``config.n_samples`` mask samples (thesis B.3.2)."""
+    step, shared between the ``config.n_samples`` mask samples (thesis B.3.2). ``application="auto"``
+    means the per-sample loop here: no seq2seq model can be vmapped (module docstring), so trying
+    vmap first would only fail."""
+    if config.application == "auto":
+        config = replace(config, application="loop")
     batches = teacher_forced_batches(split, batch_size, n_classes, seed * 7919 + 1, device)
     return train_weight_mask(model, batches, token_cross_entropy, config, seed=seed)
 

@@ -75,6 +75,10 @@ class ClassificationSplit:
         if not (len(self.inputs) == len(self.targets) == len(self.depth)):
             raise ValueError("inputs, targets and depth must have the same length")
 
+    def take(self, index: np.ndarray) -> ClassificationSplit:
+        """The examples at ``index``, in that order."""
+        return ClassificationSplit([self.inputs[i] for i in index], self.targets[index], self.depth[index])
+
 
 @dataclass
 class Seq2SeqSplit:
@@ -95,6 +99,12 @@ class Seq2SeqSplit:
     def __post_init__(self) -> None:
         if not (len(self.inputs) == len(self.outputs) == len(self.group)):
             raise ValueError("inputs, outputs and group must have the same length")
+
+    def take(self, index: np.ndarray) -> Seq2SeqSplit:
+        """The examples at ``index``, in that order."""
+        return Seq2SeqSplit(
+            [self.inputs[i] for i in index], [self.outputs[i] for i in index], self.group[index]
+        )
 
 
 Split = ClassificationSplit | Seq2SeqSplit
