@@ -78,6 +78,16 @@ class MetaLearner(nn.Module):
     def forward(self, fast: FastParameters, x: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def task_features(self, x: Tensor) -> Tensor:
+        """The part of ``forward`` that does not depend on the fast parameters: the inner loop
+        (:mod:`recombine.train.bilevel`) computes it once instead of at every inner step. The input
+        itself here; ANIL's feature encoder."""
+        return x
+
+    def forward_from_features(self, fast: FastParameters, features: Tensor) -> Tensor:
+        """``forward(fast, x)`` given ``features = task_features(x)``."""
+        return self(fast, features)
+
     def task_embedding(self, fast: FastParameters) -> Tensor:
         """The learned task representation, one vector per task (probed by linear decodability)."""
         return torch.cat([fast[name].reshape(-1) for name in self.embedding_names])
@@ -260,11 +270,18 @@ class ANIL(MetaLearner):
         self.fast_init = nn.ParameterDict({k: params[k] for k in self.readout_names})
         self.embedding_names = self.readout_names
 
+    def task_features(self, x: Tensor) -> Tensor:
+        """The encoder's last ReLU layer: constant during the inner loop, where only the readout adapts."""
+        for i in range(len(self.shapes) - 1):
+            x = torch.relu(x @ self.encoder[f"weight_{i}"].T + self.encoder[f"bias_{i}"])
+        return x
+
+    def forward_from_features(self, fast: FastParameters, features: Tensor) -> Tensor:
+        weight, bias = (fast[name] for name in self.readout_names)
+        return features @ weight.T + bias
+
     def forward(self, fast: FastParameters, x: Tensor) -> Tensor:
-        n = len(self.shapes) - 1
-        weights = [self.encoder[f"weight_{i}"] for i in range(n)] + [fast[self.readout_names[0]]]
-        biases = [self.encoder[f"bias_{i}"] for i in range(n)] + [fast[self.readout_names[1]]]
-        return mlp(weights, biases, x, ntk=False)
+        return self.forward_from_features(fast, self.task_features(x))
 
 
 class MAML(MetaLearner):
