@@ -42,6 +42,7 @@ from recombine.experiments.trafo_datasets import TRAFO_DATASETS
 from recombine.probes.mask_analysis_addmul import MaskAddMulReproductionConfig, run_masks_addmul
 from recombine.probes.mask_analysis_cnn import MaskCNNReproductionConfig, run_masks_cnn
 from recombine.probes.mask_analysis_double_add import MaskDoubleAddReproductionConfig, run_masks_double_add
+from recombine.probes.mask_analysis_math import MasksMathConfig, run_masks_math
 from recombine.probes.mask_analysis_scan import MasksScanConfig, run_masks_scan
 from recombine.probes.mask_analysis_transfer import MasksTransferConfig, run_masks_transfer
 
@@ -239,6 +240,23 @@ SCRIPTED = [
             "n_train_eval": 100,
             "lstm": {"embedding_size": 8, "encoder_size": 16, "decoder_size": 64},
             "transformer": {"d_model": 32, "d_ff": 64, "n_encoder_layers": 1, "n_decoder_layers": 1},
+        },
+    ),
+    ScriptedReproduction(
+        "masks-math",
+        "weight masks on Mathematics modules, Transformer trained on all difficulties: a mask trained on the "
+        "easy questions loses accuracy on the hard ones (Fig. 3.6)",
+        "Csordás thesis 3.3, Fig. 3.6, B.3.7, Tab. B.3",
+        MasksMathConfig,
+        run_masks_math,
+        quick={
+            "seeds": [0],
+            "train_steps": 200,
+            "mask_steps": 100,
+            "batch_size": 64,
+            "n_train": 3000,
+            "n_eval": 100,
+            "transformer": {"d_model": 64, "d_ff": 128},
         },
     ),
     GDRC_SCAN,
