@@ -56,21 +56,19 @@ from recombine.probes.mask_analysis_common import (
     analyse_every_architecture_and_seed,
     check_choice,
     format_mean_std,
-    train_model,
     wall_time_note,
 )
 from recombine.probes.mask_sets import MaskSet
 from recombine.probes.seq2seq_masks import (
     MaskedSeq2Seq,
     exact_match_accuracy,
-    teacher_forced_batches,
+    pretrain_teacher_forced,
     train_seq2seq_mask,
 )
 from recombine.probes.weight_masks import MaskTrainingConfig, alpha_from_beta
 from recombine.tasks.base import Seq2SeqSplit, TaskData
 from recombine.tasks.mathematics import MathematicsConfig, build_mathematics
 from recombine.train.batching import PaddedSeq2SeqSplit
-from recombine.train.objectives import token_cross_entropy
 
 #: the modules of thesis Fig. 3.6, in its order
 MODULES = ("add_or_sub", "linear_1d", "differentiate", "sort", "collect")
@@ -270,16 +268,17 @@ def pretrain(config: MasksMathConfig, module: MathModuleData, seed: int) -> tupl
     difficulty levels"): teacher-forced token cross-entropy, Adam, gradient clipping. Left in eval mode."""
     torch.manual_seed(seed)
     model = build_network(config, module.data).to(config.device)
-    n_classes = module.data.spec.n_classes
-    batches = teacher_forced_batches(module.train, config.batch_size, n_classes, seed, config.device)
-    losses = train_model(
+    losses = pretrain_teacher_forced(
         model,
-        batches,
-        token_cross_entropy,  # type: ignore[arg-type]
+        module.train,
+        module.data.spec.n_classes,
+        config.batch_size,
         config.train_steps,
         config.learning_rate,
         config.grad_clip,
+        seed,
         f"{module.module} seed {seed}",
+        config.device,
     )
     return model, losses
 

@@ -55,7 +55,6 @@ from recombine.probes.mask_analysis_common import (
     analyse_every_architecture_and_seed,
     check_choice,
     format_mean_std,
-    train_model,
     wall_time_note,
 )
 from recombine.probes.mask_sets import MaskSet
@@ -63,16 +62,15 @@ from recombine.probes.seq2seq_masks import (
     MaskedSeq2Seq,
     exact_match_accuracy,
     output_token_labels,
+    pretrain_teacher_forced,
     removed_per_output_token,
     subset,
-    teacher_forced_batches,
     train_seq2seq_mask,
 )
 from recombine.probes.weight_masks import MaskTrainingConfig, alpha_from_beta
 from recombine.tasks.base import TaskData
 from recombine.tasks.scan import SCANConfig, build_scan
 from recombine.train.batching import PaddedSeq2SeqSplit
-from recombine.train.objectives import token_cross_entropy
 
 #: the splits of thesis Fig. 3.5a, in its order; ``simple`` is the IID control
 SPLITS = ("simple", "length", "addprim_jump", "addprim_turn_left")
@@ -233,16 +231,17 @@ def pretrain(
     teacher-forced token cross-entropy, Adam, gradient clipping (B.3.7). Left in eval mode."""
     torch.manual_seed(seed)
     model = build_network(config, architecture, iid.data).to(config.device)
-    n_classes = iid.data.spec.n_classes
-    batches = teacher_forced_batches(iid.train, config.batch_size, n_classes, seed, config.device)
-    losses = train_model(
+    losses = pretrain_teacher_forced(
         model,
-        batches,
-        token_cross_entropy,  # type: ignore[arg-type]
+        iid.train,
+        iid.data.spec.n_classes,
+        config.batch_size,
         config.train_steps,
         config.learning_rate,
         config.grad_clip,
+        seed,
         f"{architecture} seed {seed}",
+        config.device,
     )
     return model, losses
 

@@ -31,6 +31,7 @@ from torch import nn
 
 from recombine.errors import UserError
 from recombine.models.seq2seq_interface import teacher_forcing
+from recombine.probes.mask_analysis_common import train_model
 from recombine.probes.mask_sets import MaskSet
 from recombine.probes.weight_masks import (
     MaskedModel,
@@ -107,6 +108,33 @@ def teacher_forced_batches(
         decoder_input, target, lengths = teacher_forcing(batch.tgt, batch.tgt_len, n_classes)
         inputs = (batch.src, batch.src_len, decoder_input, lengths)
         yield tuple(x.to(device) for x in inputs), target.to(device)  # type: ignore[misc]
+
+
+def pretrain_teacher_forced(
+    model: nn.Module,
+    train: PaddedSeq2SeqSplit,
+    n_classes: int,
+    batch_size: int,
+    steps: int,
+    learning_rate: float,
+    grad_clip: float,
+    seed: int,
+    description: str,
+    device: str = "cpu",
+) -> list[float]:
+    """The weight training before a seq2seq mask analysis (thesis 3.3, B.3.7): teacher-forced token
+    cross-entropy on uniformly drawn batches of ``train``, Adam, gradient clipping; the loss per step.
+    Leaves the model in eval mode, ready to be frozen and masked."""
+    batches = teacher_forced_batches(train, batch_size, n_classes, seed, device)
+    return train_model(
+        model,
+        batches,
+        token_cross_entropy,  # type: ignore[arg-type]
+        steps,
+        learning_rate,
+        grad_clip,
+        description,
+    )
 
 
 def train_seq2seq_mask(
