@@ -112,3 +112,25 @@ def test_every_learner_builds_and_unknown_names_raise() -> None:
         build_meta_learner("hnet", 4, 3)
     with pytest.raises(UserError, match="valid fields"):
         build_meta_learner("anil", 4, 3, width=3)
+
+
+def test_anil_equals_a_direct_evaluation_of_its_relu_mlp() -> None:
+    """HNET D.2: ReLU hidden layers from the encoder, a linear readout from the fast parameters; the
+    inner loop's split into ``fast_independent_features`` and ``forward_from_features`` composes to it."""
+    torch.manual_seed(0)
+    model = build_meta_learner("anil", 3, 2, n_layers=2, n_hidden=4).requires_grad_(False)
+    fast = {k: torch.randn_like(v) for k, v in model.initial_fast().items()}
+    x = torch.randn(5, 3)
+    expected = torch.zeros(5, 2)
+    for s in range(5):
+        a = [float(v) for v in x[s]]
+        for layer in range(2):
+            w, b = model.encoder[f"weight_{layer}"], model.encoder[f"bias_{layer}"]
+            a = [max(0.0, sum(float(w[o, j]) * a[j] for j in range(len(a))) + float(b[o])) for o in range(4)]
+        for o in range(2):
+            expected[s, o] = sum(float(fast["weight_2"][o, j]) * a[j] for j in range(4)) + float(
+                fast["bias_2"][o]
+            )
+    torch.testing.assert_close(model(fast, x), expected)
+    features = model.fast_independent_features(x)
+    torch.testing.assert_close(model.forward_from_features(fast, features), expected)

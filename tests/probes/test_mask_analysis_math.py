@@ -33,6 +33,7 @@ from recombine.probes.mask_analysis_math import (
     load_module,
     pretrain,
     run_masks_math,
+    run_math_mask_trial,
 )
 from recombine.probes.mask_sets import MaskSet
 from recombine.probes.seq2seq_masks import MaskedSeq2Seq, exact_match_accuracy
@@ -258,3 +259,18 @@ def test_the_reproduction_is_registered_with_a_quick_config() -> None:
     assert quick.betas["add_or_sub"] == MasksMathConfig().betas["add_or_sub"]
     full = reproduction.resolve_config(3, False, {})
     assert asdict(full) == asdict(replace(MasksMathConfig(), seeds=[0, 1, 2]))
+
+
+def test_each_mask_row_is_that_masks_own_network(module_data: MathModuleData) -> None:
+    """The reported accuracies under the IID and the easy mask equal an independent one-question-at-a-time
+    evaluation of the network under *that* mask (a swap of the two would fail: strong pruning makes them
+    differ)."""
+    config = replace(TINY, mask_steps=40, mask_learning_rates={"linear_1d": 0.2}, betas={"linear_1d": 0.5})
+    result = run_math_mask_trial(config, "linear_1d", seed=0, data=module_data)
+    assert result.masks["iid"].kept_fraction() < 0.98 and result.masks["easy"].kept_fraction() < 0.98
+    assert result.accuracy["iid"] != result.accuracy["easy"]  # so that a swap of the two is caught
+    for mask in ("iid", "easy"):
+        masked = MaskedSeq2Seq(result.model, result.masks[mask])
+        for difficulty in DIFFICULTIES:
+            expected = _reference_exact_match(masked, module_data.evaluation[difficulty])
+            assert result.accuracy[mask][difficulty] == pytest.approx(expected)

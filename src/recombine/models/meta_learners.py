@@ -78,14 +78,16 @@ class MetaLearner(nn.Module):
     def forward(self, fast: FastParameters, x: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def task_features(self, x: Tensor) -> Tensor:
-        """The part of ``forward`` that does not depend on the fast parameters: the inner loop
-        (:mod:`recombine.train.bilevel`) computes it once instead of at every inner step. The input
-        itself here; ANIL's feature encoder."""
+    def fast_independent_features(self, x: Tensor) -> Tensor:
+        """The part of ``forward`` that does not depend on the fast parameters (it may depend on the
+        meta-parameters): the inner loop (:mod:`recombine.train.bilevel`) computes it once instead of at
+        every inner step. The input itself here; ANIL's feature encoder. A learner overrides this and
+        :meth:`forward_from_features` together or neither: the default :meth:`forward_from_features`
+        runs the whole ``forward`` on its argument."""
         return x
 
     def forward_from_features(self, fast: FastParameters, features: Tensor) -> Tensor:
-        """``forward(fast, x)`` given ``features = task_features(x)``."""
+        """``forward(fast, x)`` given ``features = fast_independent_features(x)``."""
         return self(fast, features)
 
     def task_embedding(self, fast: FastParameters) -> Tensor:
@@ -270,7 +272,7 @@ class ANIL(MetaLearner):
         self.fast_init = nn.ParameterDict({k: params[k] for k in self.readout_names})
         self.embedding_names = self.readout_names
 
-    def task_features(self, x: Tensor) -> Tensor:
+    def fast_independent_features(self, x: Tensor) -> Tensor:
         """The encoder's last ReLU layer: constant during the inner loop, where only the readout adapts."""
         for i in range(len(self.shapes) - 1):
             x = torch.relu(x @ self.encoder[f"weight_{i}"].T + self.encoder[f"bias_{i}"])
@@ -281,7 +283,7 @@ class ANIL(MetaLearner):
         return features @ weight.T + bias
 
     def forward(self, fast: FastParameters, x: Tensor) -> Tensor:
-        return self.forward_from_features(fast, self.task_features(x))
+        return self.forward_from_features(fast, self.fast_independent_features(x))
 
 
 class MAML(MetaLearner):

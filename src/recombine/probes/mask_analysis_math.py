@@ -272,13 +272,13 @@ def pretrain(config: MasksMathConfig, module: MathModuleData, seed: int) -> tupl
         model,
         module.train,
         module.data.spec.n_classes,
-        config.batch_size,
-        config.train_steps,
-        config.learning_rate,
-        config.grad_clip,
-        seed,
-        f"{module.module} seed {seed}",
-        config.device,
+        batch_size=config.batch_size,
+        steps=config.train_steps,
+        learning_rate=config.learning_rate,
+        grad_clip=config.grad_clip,
+        seed=seed,
+        description=f"{module.module} seed {seed}",
+        device=config.device,
     )
     return model, losses
 

@@ -235,13 +235,13 @@ def pretrain(
         model,
         iid.train,
         iid.data.spec.n_classes,
-        config.batch_size,
-        config.train_steps,
-        config.learning_rate,
-        config.grad_clip,
-        seed,
-        f"{architecture} seed {seed}",
-        config.device,
+        batch_size=config.batch_size,
+        steps=config.train_steps,
+        learning_rate=config.learning_rate,
+        grad_clip=config.grad_clip,
+        seed=seed,
+        description=f"{architecture} seed {seed}",
+        device=config.device,
     )
     return model, losses
 

@@ -114,6 +114,7 @@ def pretrain_teacher_forced(
     model: nn.Module,
     train: PaddedSeq2SeqSplit,
     n_classes: int,
+    *,
     batch_size: int,
     steps: int,
     learning_rate: float,

@@ -80,23 +80,23 @@ class BilevelConfig:
 # --- losses (HNET eq. 4, C.2.2) ---
 
 
-def prepare_target(kind: MetaLoss, target: Tensor) -> Tensor:
-    """What :func:`loss_to_prepared` compares predictions with: the target itself (``mse``) or its
+def loss_target(kind: MetaLoss, target: Tensor) -> Tensor:
+    """The target in the form :func:`loss_against_target` compares predictions with: itself (``mse``) or its
     log-probabilities (``kl``), computed once per batch instead of at every inner step."""
     return target if kind == "mse" else log_softmax_last(target)
 
 
-def loss_to_prepared(kind: MetaLoss, prediction: Tensor, prepared: Tensor) -> Tensor:
-    """:func:`task_loss` against a :func:`prepare_target` target."""
+def loss_against_target(kind: MetaLoss, prediction: Tensor, target: Tensor) -> Tensor:
+    """:func:`task_loss` with the target in :func:`loss_target` form (for ``kl``: log-probabilities)."""
     if kind == "mse":
-        return 0.5 * ((prediction - prepared) ** 2).sum(-1).mean()
-    kl = (prepared.exp() * (prepared - log_softmax_last(prediction))).sum(-1)
+        return 0.5 * ((prediction - target) ** 2).sum(-1).mean()
+    kl = (target.exp() * (target - log_softmax_last(prediction))).sum(-1)
     return kl.mean()
 
 
 def task_loss(kind: MetaLoss, prediction: Tensor, target: Tensor) -> Tensor:
     """Loss of one task (or a batch, averaged over every leading dimension)."""
-    return loss_to_prepared(kind, prediction, prepare_target(kind, target))
+    return loss_against_target(kind, prediction, loss_target(kind, target))
 
 
 def accuracy(prediction: Tensor, target: Tensor) -> Tensor:
@@ -133,7 +133,8 @@ def inner_loop_vectorised(
     faster per inner step. Every task has the same number of support samples, so the sum of the
     per-task mean losses is ``n_tasks`` times the loss averaged over the whole ``[tasks, samples]``
     batch, which is computed outside ``vmap`` on the batched predictions. The learner's
-    :meth:`~recombine.models.meta_learners.MetaLearner.task_features` (ANIL's encoder) are computed once.
+    :meth:`~recombine.models.meta_learners.MetaLearner.fast_independent_features` (ANIL's encoder) are
+    computed once.
     The meta-parameters are constants here: the loop runs under ``no_grad``, which ``grad`` overrides
     only for its own argument, the fast parameters.
     """
@@ -141,11 +142,11 @@ def inner_loop_vectorised(
     fast = {k: v.detach().clone() for k, v in fast.items()}
     moments = {k: (torch.zeros_like(v), torch.zeros_like(v)) for k, v in fast.items()}
     with torch.no_grad():
-        features = vmap(model.task_features)(x)
-        prepared = prepare_target(kind, y)
+        features = vmap(model.fast_independent_features)(x)
+        target = loss_target(kind, y)
 
         def summed_support_loss(stacked_fast: FastParameters) -> Tensor:
-            return len(x) * loss_to_prepared(kind, batched_forward(stacked_fast, features), prepared)
+            return len(x) * loss_against_target(kind, batched_forward(stacked_fast, features), target)
 
         gradient_fn = grad(summed_support_loss)
         for step in range(1, config.inner_steps + 1):
@@ -156,7 +157,8 @@ def inner_loop_vectorised(
                 else:
                     fast[k], m, v = _adam_update(fast[k], gradients[k], *moments[k], step, config.inner_lr)
                     moments[k] = (m, v)
-    return fast
+    # detached: no graph back to the meta-parameters even if grad mode were on here
+    return {k: v.detach() for k, v in fast.items()}
 
 
 def inner_loop_per_task(
@@ -172,10 +174,10 @@ def inner_loop_per_task(
         else:
             optimizer = torch.optim.Adam(leaves, lr=config.inner_lr, betas=_ADAM_BETAS, eps=_ADAM_EPS)
         with torch.no_grad():
-            features = model.task_features(x[task])
-        prepared = prepare_target(kind, y[task])
+            features = model.fast_independent_features(x[task])
+        target = loss_target(kind, y[task])
         for _ in range(config.inner_steps):
-            loss = loss_to_prepared(kind, model.forward_from_features(task_fast, features), prepared)
+            loss = loss_against_target(kind, model.forward_from_features(task_fast, features), target)
             for leaf, gradient in zip(leaves, torch.autograd.grad(loss, leaves), strict=True):
                 leaf.grad = gradient
             optimizer.step()

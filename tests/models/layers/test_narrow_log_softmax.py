@@ -49,3 +49,27 @@ def test_rows_are_normalised_probabilities_under_vmap_and_grad() -> None:
     ours = vmap(grad(lambda z: loss(z, log_softmax_last)))(x)
     reference = vmap(grad(lambda z: loss(z, lambda t: F.log_softmax(t, dim=-1))))(x)
     torch.testing.assert_close(ours, reference, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("shape", "transposed"),
+    [
+        ((2048, 8), True),
+        ((MIN_ROWS, NARROW_WIDTH), True),
+        ((2048, NARROW_WIDTH + 1), False),  # 16 wide: the plain kernel is faster (one AVX-512 register)
+        ((MIN_ROWS - 1, 8), False),
+    ],
+)
+def test_the_path_switches_at_the_documented_thresholds(
+    shape: tuple[int, ...], transposed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dims: list[int] = []
+    original = F.log_softmax
+
+    def recording(x: torch.Tensor, dim: int) -> torch.Tensor:
+        dims.append(dim)
+        return original(x, dim=dim)
+
+    monkeypatch.setattr(F, "log_softmax", recording)
+    log_softmax_last(torch.randn(shape))
+    assert dims == [0 if transposed else -1]
