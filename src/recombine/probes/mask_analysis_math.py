@@ -193,14 +193,13 @@ class MasksMathConfig:
 
     def mask_config(self, module: str) -> MaskTrainingConfig:
         """Mask training for ``module``: ``betas[module]`` (default: Tab. B.3's x :data:`BETA_SCALE`) and
-        ``mask_learning_rates[module]`` (Tab. B.3), ``alpha = beta / batch_size``,
-        8 samples (B.3.7), the per-sample loop (the Transformer's token packing cannot be vmapped)."""
+        ``mask_learning_rates[module]`` (Tab. B.3), ``alpha = beta / batch_size``, 8 samples (B.3.7); the
+        per-sample loop applies them (:func:`train_seq2seq_mask` picks it for every seq2seq model)."""
         return MaskTrainingConfig(
             steps=self.mask_steps,
             learning_rate=self.mask_learning_rates[module],
             alpha=alpha_from_beta(self.betas[module], self.batch_size),
             n_samples=self.mask_samples,
-            application="loop",
         )
 
     def task_config(self, module: str) -> MathematicsConfig:

@@ -167,17 +167,14 @@ class MasksScanConfig:
             raise UserError("lstm_beta, transformer_beta and grad_clip must be >= 0")
 
     def mask_config(self, architecture: str) -> MaskTrainingConfig:
-        """Mask training for ``architecture``: B.3.7's lr and beta, ``alpha = beta / batch_size``.
-
-        The per-sample loop applies the masks: ``nn.LSTM`` has no vmap batching rule and the
-        Transformer's token packing has a data-dependent shape."""
+        """Mask training for ``architecture``: B.3.7's lr and beta, ``alpha = beta / batch_size``
+        (applied by the per-sample loop, which :func:`train_seq2seq_mask` picks for every seq2seq model)."""
         beta = self.lstm_beta if architecture == "lstm" else self.transformer_beta
         return MaskTrainingConfig(
             steps=self.mask_steps,
             learning_rate=self.mask_learning_rate,
             alpha=alpha_from_beta(beta, self.batch_size),
             n_samples=self.mask_samples,
-            application="loop",
         )
 
     def mask_splits(self) -> list[str]:
