@@ -1,5 +1,5 @@
 """Progress output of the scripted reproductions: one ``[k/N]`` line per finished trial on stderr, and a
-step bar that shows only on a terminal."""
+step bar on a terminal or a line per tenth of the steps elsewhere."""
 
 from __future__ import annotations
 
@@ -74,12 +74,28 @@ def test_the_trial_line_format(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().err.splitlines() == [line, "[1/2] seed 0: 1.3 s"]
 
 
-def test_the_bar_is_hidden_when_stderr_is_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
-    with training_bar(5, "demo seed 0") as bar:
-        for _ in range(5):
-            bar.update()
-    assert bar.disable
-    assert capsys.readouterr() == ("", "")
+MILESTONE_LINE = re.compile(r"^demo seed 0: (\d+)/(\d+) steps \((\d+) %\), [\d.]+ s, ~[\d.]+ s left$")
+
+
+@pytest.mark.parametrize(("total", "updates"), [(25, [1] * 25), (7, [1] * 7), (3, [3]), (40, [13, 13, 14])])
+def test_off_a_terminal_the_bar_prints_a_line_per_tenth_of_the_steps(
+    total: int, updates: list[int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with training_bar(total, "demo seed 0") as bar:
+        for n in updates:
+            bar.update(n)
+    assert bar.n == total
+    out, err = capsys.readouterr()
+    assert out == "" and "\r" not in err
+    lines = [MILESTONE_LINE.match(line) for line in err.splitlines()]
+    assert all(lines), err
+    counts = [int(m[1]) for m in lines]  # type: ignore[index]
+    # one line each time the count passes a further tenth, none twice, the last at the end
+    tenths = [count * 10 // total for count in counts]
+    assert tenths == sorted(set(tenths)) and counts[-1] == total
+    expected_tenths = {min(10, sum(updates[: i + 1]) * 10 // total) for i in range(len(updates))} - {0}
+    assert set(tenths) == expected_tenths
+    assert all(int(m[2]) == total and int(m[3]) == 100 * int(m[1]) // total for m in lines)  # type: ignore[index]
 
 
 def test_the_bar_shows_on_a_terminal() -> None:
