@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 
 from recombine.experiments import REPRODUCTIONS
-from recombine.experiments.progress import training_bar, trial_done
+from recombine.experiments.progress import (
+    MIN_SECONDS_BETWEEN_LINES,
+    MilestoneLines,
+    training_bar,
+    trial_done,
+)
 from recombine.experiments.scripted_reproduction import ScriptedReproduction, run_scripted
 
 TRIAL_LINE = re.compile(r"^\[(\d+)/(\d+)\] (.+?): (.*)$")
@@ -81,7 +86,7 @@ MILESTONE_LINE = re.compile(r"^demo seed 0: (\d+)/(\d+) steps \((\d+) %\), [\d.]
 def test_off_a_terminal_the_bar_prints_a_line_per_tenth_of_the_steps(
     total: int, updates: list[int], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with training_bar(total, "demo seed 0") as bar:
+    with MilestoneLines(total, "demo seed 0", min_seconds=0.0) as bar:
         for n in updates:
             bar.update(n)
     assert bar.n == total
@@ -96,6 +101,16 @@ def test_off_a_terminal_the_bar_prints_a_line_per_tenth_of_the_steps(
     expected_tenths = {min(10, sum(updates[: i + 1]) * 10 // total) for i in range(len(updates))} - {0}
     assert set(tenths) == expected_tenths
     assert all(int(m[2]) == total and int(m[3]) == 100 * int(m[1]) // total for m in lines)  # type: ignore[index]
+
+
+def test_off_a_terminal_short_loops_stay_quiet(capsys: pytest.CaptureFixture[str]) -> None:
+    """``training_bar`` off a terminal: lines at most every ``MIN_SECONDS_BETWEEN_LINES``, so a loop of a
+    fraction of a second prints nothing."""
+    with training_bar(100, "demo seed 0") as bar:
+        for _ in range(100):
+            bar.update()
+    assert isinstance(bar, MilestoneLines) and bar.min_seconds == MIN_SECONDS_BETWEEN_LINES > 1
+    assert capsys.readouterr() == ("", "")
 
 
 def test_the_bar_shows_on_a_terminal() -> None:

@@ -10,11 +10,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from recombine.models.fnn import FNNConfig
+from recombine.models.fnn import FeedForwardNetwork, FNNConfig
 from recombine.probes.mask_analysis_common import format_mean_std
 from recombine.probes.mask_analysis_double_add import (
     DoubleAddAnalysisConfig,
     DoubleAddAnalysisResult,
+    copy_pair1_io_to_pair2,
     hidden_inversion,
     pair_accuracy,
     pair_loss,
@@ -23,7 +24,7 @@ from recombine.probes.mask_analysis_double_add import (
     run_double_add_reproduction,
 )
 from recombine.probes.weight_masks import MaskedModel, MaskTrainingConfig
-from recombine.tasks.addmul import AddMulConfig, build_double_addition
+from recombine.tasks.addmul import AddMulConfig, build_double_addition, only_pair
 from zeroed_weights import zeroed_outside
 
 
@@ -110,6 +111,22 @@ def test_inverted_mask_accuracy_equals_a_model_with_those_weights_zeroed_by_hand
     assert torch.equal(hidden["layers.1.weight"], ~result.masks["pair1"]["layers.1.weight"])
     zeroed = zeroed_outside(result.model, hidden)
     assert pair_accuracy(zeroed, test, 1, n_digits=1) == result.accuracy["hidden~pair1"]["pair2"]
+
+
+def test_copied_io_makes_pair_2_a_replica_of_pair_1() -> None:
+    """B.3.1: after the copy, feeding (a, b) as pair 2 gives the hidden layers and pair 2's logits exactly
+    what feeding (a, b) as pair 1 gives pair 1's; pair 1 itself is untouched."""
+    torch.manual_seed(0)
+    model = FeedForwardNetwork(80, 40, FNNConfig([32, 16]))
+    split = build_double_addition(AddMulConfig(n_digits=2, n_train=50, n_test=1), seed=0)["train"]
+    as_pair1 = torch.as_tensor(only_pair(split.inputs, 0))
+    as_pair2 = torch.roll(as_pair1, 40, dims=1)  # the same digits on pair 2's inputs, pair 1 zeroed
+    before = model(as_pair1)
+    copy_pair1_io_to_pair2(model)
+    after1, after2 = model(as_pair1), model(as_pair2)
+    torch.testing.assert_close(after1[:, :20], before[:, :20])  # pair 1's logits unchanged
+    torch.testing.assert_close(after2[:, 20:], after1[:, :20])
+    assert not torch.allclose(before[:, 20:], after1[:, 20:])  # pair 2's outputs were rewired
 
 
 def test_reproduction_writes_report_results_and_figure_with_mean_and_std_over_seeds(tmp_path: Path) -> None:

@@ -21,27 +21,30 @@ from types import TracebackType
 
 from tqdm import tqdm
 
-#: a log line per this fraction of the steps when stderr is not a terminal
+#: a log line per this fraction of the steps when stderr is not a terminal ...
 MILESTONES = 10
+#: ... but none sooner than this many seconds after the start or the previous line (short loops stay quiet)
+MIN_SECONDS_BETWEEN_LINES = 10.0
 
 
 class MilestoneLines:
     """The stand-in for the bar when stderr is not a terminal: ``update`` like tqdm's, and a flushed
-    line on stderr each time the count passes another ``1 / MILESTONES`` of ``total``. ``n`` is the
-    count so far (as tqdm's)."""
+    line on stderr each time the count passes another ``1 / MILESTONES`` of ``total``, at least
+    ``min_seconds`` after the start or the previous line. ``n`` is the count so far (as tqdm's)."""
 
-    def __init__(self, total: int, description: str) -> None:
-        self.total, self.description = total, description
+    def __init__(self, total: int, description: str, min_seconds: float = MIN_SECONDS_BETWEEN_LINES) -> None:
+        self.total, self.description, self.min_seconds = total, description, min_seconds
         self.n = 0
         self._passed = 0
-        self._start = time.perf_counter()
+        self._start = self._last_line = time.perf_counter()
 
     def update(self, n: int = 1) -> None:
         self.n += n
         reached = min(MILESTONES, self.n * MILESTONES // self.total) if self.total > 0 else 0
-        if reached > self._passed:
-            self._passed = reached
-            elapsed = time.perf_counter() - self._start
+        now = time.perf_counter()
+        if reached > self._passed and now - self._last_line >= self.min_seconds:
+            self._passed, self._last_line = reached, now
+            elapsed = now - self._start
             left = elapsed * (self.total - self.n) / self.n
             print(
                 f"{self.description}: {self.n}/{self.total} steps ({100 * self.n // self.total} %), "

@@ -17,6 +17,12 @@ Architectures (``architecture``; all map the 80 inputs to the 40 output logits):
   and then read its output. This procedure is then repeated for the second pair without resetting the
   state" (3.2.2); pair 1 for the first 3 steps, read at the 3rd, pair 2 for the next 3, read at the 6th
   (B.3.5) (:class:`~recombine.models.arithmetic_lstm.PairByPairLSTM`).
+* ``fnn_copied_io``, the sanity check of thesis B.3.1 (Fig. B.2): the FNN, trained as above, then pair
+  2's input and output weights are overwritten with copies of pair 1's
+  (:func:`copy_pair1_io_to_pair2`), "This ensures that the hidden layers cannot see any difference between
+  the two pairs". The masks should then find the hidden layers almost perfectly shared, while the first
+  and last layers stay unshared ("identical, but non-shared copies of the weights"): evidence that the
+  method can discover sharing where there is some.
 
 The LSTMs train on the full input, scored on both pairs, and are evaluated on the full input. The mask
 for pair ``p`` trains on pair ``p``'s examples with the other pair's inputs zeroed, scored on pair
@@ -92,8 +98,11 @@ from recombine.probes.weight_masks import (
 from recombine.tasks.addmul import AddMulConfig, DoubleAdditionSplit, build_double_addition, only_pair
 
 PAIRS = ("pair1", "pair2")
-#: ``fnn``: one pair per pass; ``lstm_together``: both pairs for all steps; ``lstm_forced``: pair by pair
-ARCHITECTURES = ("fnn", "lstm_together", "lstm_forced")
+#: ``fnn``: one pair per pass; ``lstm_together``: both pairs for all steps; ``lstm_forced``: pair by pair;
+#: ``fnn_copied_io``: the FNN with pair 2's input / output weights replaced by pair 1's (B.3.1)
+ARCHITECTURES = ("fnn", "lstm_together", "lstm_forced", "fnn_copied_io")
+#: the architectures fed one pair per pass (the FNN variants)
+ONE_PAIR_PER_PASS = ("fnn", "fnn_copied_io")
 
 _T = tuple[float, float]
 #: Thesis Tab. 3.1: accuracy [%] (mean, std over 10 seeds) per architecture, mask column and pair.
@@ -267,13 +276,28 @@ def pair_accuracy(
     return float((predicted == digits).all(-1).float().mean())
 
 
+@torch.no_grad()
+def copy_pair1_io_to_pair2(model: FeedForwardNetwork) -> None:
+    """Thesis B.3.1: overwrite pair 2's input weights (the second half of the first layer's columns)
+    and output weights and biases (the second half of the output layer's rows) with pair 1's, in place.
+
+    Afterwards a pass with pair 2 = (a, b) and pair 1 zeroed gives the hidden layers exactly the
+    activations of the pass with pair 1 = (a, b), and pair 2's logits equal pair 1's logits there."""
+    first, output = model.layers[0], model.output
+    half_in, half_out = first.in_features // 2, output.out_features // 2
+    first.weight[:, half_in:] = first.weight[:, :half_in]
+    output.weight[half_out:] = output.weight[:half_out]
+    output.bias[half_out:] = output.bias[:half_out]
+
+
 def train_network(
     config: DoubleAddAnalysisConfig, train: DoubleAdditionSplit, seed: int
 ) -> tuple[torch.nn.Module, list[float]]:
-    """The network on the full task: the FNN on both passes of every example, an LSTM on the full input."""
+    """The network on the full task: the FNN on both passes of every example, an LSTM on the full input;
+    ``fnn_copied_io`` then gets pair 1's input / output weights copied over pair 2's (B.3.1)."""
     torch.manual_seed(seed)
     model = build_model(config, train.inputs.shape[1], 2 * 10 * config.task.n_digits).to(config.device)
-    if config.architecture == "fnn":
+    if config.architecture in ONE_PAIR_PER_PASS:
         batches: Iterator[Any] = _fnn_training_batches(train, config.batch_size, seed, config.device)
         loss_fn: LossFunction = pair_loss  # type: ignore[assignment]
     else:
@@ -283,6 +307,9 @@ def train_network(
     losses = train_model(
         model, batches, loss_fn, config.train_steps, config.learning_rate, config.grad_clip, description
     )
+    if config.architecture == "fnn_copied_io":
+        assert isinstance(model, FeedForwardNetwork)
+        copy_pair1_io_to_pair2(model)
     return model, losses
 
 
@@ -290,7 +317,7 @@ def _mask_data(
     config: DoubleAddAnalysisConfig, train: DoubleAdditionSplit, target: str, seed: int
 ) -> tuple[Iterator[Any], LossFunction]:
     """The batches and loss of one mask target (``full``, ``pair1``, ``pair2``)."""
-    if target == "full" and config.architecture != "fnn":
+    if target == "full" and config.architecture not in ONE_PAIR_PER_PASS:
         batches = random_batches(train.inputs, train.targets, config.batch_size, seed, config.device)
         return batches, both_pairs_loss
     pairs = [0, 1] if target == "full" else [PAIRS.index(target)]
@@ -328,7 +355,7 @@ def run_double_add_analysis(config: DoubleAddAnalysisConfig, seed: int = 0) -> D
             evaluated[f"hidden~{pair}"] = MaskedModel(
                 model, hidden_inversion(masks[pair], masks["full"], io_layers)
             )
-    alone = config.architecture == "fnn"
+    alone = config.architecture in ONE_PAIR_PER_PASS
     accuracy = {
         name: {
             pair: pair_accuracy(evaluated_model, splits["test"], index, n_digits, config.device, alone)
@@ -353,9 +380,9 @@ def run_double_add_analysis(config: DoubleAddAnalysisConfig, seed: int = 0) -> D
 def _scale_note(config: DoubleAddAnalysisConfig, architectures: Sequence[str], seeds: Sequence[int]) -> str:
     mask = config.mask
     parts = []
-    if "fnn" in architectures:
+    if any(a in ONE_PAIR_PER_PASS for a in architectures):
         parts.append(f"FNN hidden sizes {config.model.hidden_sizes} (two passes per example)")
-    if any(a != "fnn" for a in architectures):
+    if any(a not in ONE_PAIR_PER_PASS for a in architectures):
         lstm = config.lstm
         parts.append(f"LSTM {lstm.n_layers} x {lstm.hidden_size}, {lstm.steps} steps per pair")
     return (
@@ -383,7 +410,8 @@ def render_report(
         "",
         "Accuracy [%] on each pair; the column is the mask (`~`: inverted; `hidden~`: inverted on the hidden "
         "layers, the full-task mask on the input and output layers, Tab. B.2). Thesis: the row of Tab. 3.1 / "
-        "B.2 for the architecture (`fnn`: FNN, `lstm_together`: LSTM, `lstm_forced`: LSTM (forced)).",
+        "B.2 for the architecture (`fnn`: FNN, `lstm_together`: LSTM, `lstm_forced`: LSTM (forced); the "
+        "thesis gives no accuracies for `fnn_copied_io`).",
         "",
         "| architecture | mask | pair 1 (ours) | pair 1 (thesis) | pair 2 (ours) | pair 2 (thesis) |",
         "|---|---|---|---|---|---|",
@@ -402,7 +430,8 @@ def render_report(
     lines += [
         "",
         "Sharing between the pair-1 and pair-2 masks. Thesis Fig. 3.3: low sharing, none in the first and "
-        "last layers.",
+        "last layers. `fnn_copied_io` (B.3.1, Fig. B.2, pair 2's input / output weights replaced by "
+        "pair 1's): almost perfect sharing in the hidden layers, still none in the first and last layers.",
         "",
         "| architecture | layer | IoU [%] | IoMin [%] | pair-1 weights shared [%] "
         "| pair-2 weights shared [%] |",
