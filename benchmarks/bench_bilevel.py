@@ -2,7 +2,9 @@
 
 One step = inner loop on the support sets of a meta-batch, query loss, first-order outer backward, AdamW
 update. Both variants run the same learner on the same hyperteacher batches (interleaved rounds, median
-wall time per step after warm-up). Usage:
+wall time per step after warm-up). Every learner runs with the sizes and inner-loop settings (optimiser,
+steps, learning rate) that the ``hnet-hyperteacher`` reproduction uses, so the benchmark times the steps
+that reproduction takes. Usage:
 ``python benchmarks/bench_bilevel.py [--threads T] [--out benchmarks/results/bilevel.json]``
 """
 
@@ -15,18 +17,15 @@ import json
 import numpy as np
 import torch
 
+from recombine.experiments.hnet_hyperteacher import default_learners
+from recombine.experiments.hnet_meta_learning import LearnerSetting
 from recombine.models.meta_learners import build_meta_learner
 from recombine.tasks.hyperteacher import HyperteacherConfig, HyperteacherTask
 from recombine.train.bilevel import BilevelConfig, meta_loss
 from timing import environment, median_times, write_json
 
-#: (learner, learner config, inner steps, inner lr): CPU-scale versions of HNET C.2.4
-CASES = [
-    ("linear_hnet", {"n_layers": 3, "n_hidden": 32, "n_modules": 16}, 10, 0.3),
-    ("nonlinear_hnet", {"n_layers": 3, "n_hidden": 32, "n_modules": 16, "hnet_hidden": 32}, 10, 0.3),
-    ("anil", {"n_layers": 3, "n_hidden": 64}, 10, 0.03),
-    ("maml", {"n_layers": 3, "n_hidden": 48}, 10, 0.01),
-]
+#: learner -> its setting in hnet-hyperteacher (CPU-scale versions of HNET C.2.4)
+CASES: dict[str, LearnerSetting] = default_learners()
 
 
 def step_time(name: str, kwargs: dict, config: BilevelConfig, batches: list, repeats: int) -> float:
@@ -58,10 +57,17 @@ def main() -> None:
     rng = np.random.default_rng(0)
     batches = [task.sample(rng, args.meta_batch) for _ in range(2)]
     results = []
-    for name, kwargs, inner_steps, inner_lr in CASES:
-        row = {"learner": name, "config": kwargs, "inner_steps": inner_steps}
+    for name, setting in CASES.items():
+        kwargs = setting.model_options(name)
+        row = {"learner": name, "config": kwargs, "inner_steps": setting.inner_steps,
+               "inner_optimizer": setting.inner_optimizer, "inner_lr": setting.inner_lr}  # fmt: skip
         for vectorised in (True, False):
-            config = BilevelConfig(inner_steps=inner_steps, inner_lr=inner_lr, vectorised=vectorised)
+            config = BilevelConfig(
+                inner_steps=setting.inner_steps,
+                inner_lr=setting.inner_lr,
+                inner_optimizer=setting.inner_optimizer,
+                vectorised=vectorised,
+            )
             key = "vectorised_ms" if vectorised else "per_task_loop_ms"
             row[key] = 1000 * step_time(name, kwargs, config, batches, args.repeats)
         row["speedup"] = row["per_task_loop_ms"] / row["vectorised_ms"]

@@ -52,7 +52,25 @@ def test_vectorised_inner_loop_equals_the_per_task_loop(name: str, optimizer: st
         assert not torch.equal(vectorised[k], init[k])  # the loop did move every fast parameter
 
 
-@pytest.mark.parametrize("name", ["linear_hnet", "anil"])
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_learners_that_broadcast_over_tasks_equal_their_per_task_forward(name: str) -> None:
+    """``broadcasts_over_tasks``: the learner's methods on a stacked meta-batch give every task its own
+    per-task result (so the bilevel loop may skip ``vmap`` for them)."""
+    torch.manual_seed(2)
+    model = build_meta_learner(name, 4, 3, **SMALL[name]).double()
+    if not model.broadcasts_over_tasks:
+        pytest.skip(f"{name} runs under vmap")
+    fast = {k: v + 0.1 * torch.randn_like(v) for k, v in batched_fast_init(model, 3).items()}
+    x = torch.randn(3, 5, 4, dtype=torch.float64)
+    stacked = model(fast, x)
+    features = model.fast_independent_features(x)
+    for t in range(3):
+        task_fast = {k: v[t] for k, v in fast.items()}
+        torch.testing.assert_close(stacked[t], model(task_fast, x[t]), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(features[t], model.fast_independent_features(x[t]), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["linear_hnet", "anil", "maml"])
 def test_outer_gradient_is_the_first_order_query_gradient_at_the_inner_solution(name: str) -> None:
     torch.manual_seed(1)
     model = build_meta_learner(name, 4, 3, **SMALL[name]).double()

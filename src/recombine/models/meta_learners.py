@@ -56,12 +56,14 @@ def layer_sizes(n_inputs: int, n_hidden: int, n_layers: int, n_outputs: int) -> 
 
 
 def mlp(weights: list[Tensor], biases: list[Tensor], x: Tensor, ntk: bool) -> Tensor:
-    """ReLU MLP ``x [N, n] -> [N, o]``; ``ntk`` divides every pre-activation's matmul by sqrt(fan_in)."""
+    """ReLU MLP ``x [N, n] -> [N, o]``; ``ntk`` divides every pre-activation's matmul by sqrt(fan_in).
+
+    Also for a stack of tasks: weights ``[T, o, n]``, biases ``[T, o]``, ``x [T, N, n] -> [T, N, o]``."""
     for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
-        x = x @ w.T
+        x = x @ w.mT
         if ntk:
-            x = x / math.sqrt(w.shape[1])
-        x = x + b
+            x = x / math.sqrt(w.shape[-1])
+        x = x + b.unsqueeze(-2)
         if i < len(weights) - 1:
             x = torch.relu(x)
     return x
@@ -71,6 +73,11 @@ class MetaLearner(nn.Module):
     """Base class: meta-parameters live in the module, ``fast_init`` holds ``phi_0``."""
 
     fast_init: nn.ParameterDict
+    #: True when ``forward``, ``fast_independent_features`` and ``forward_from_features`` also take fast
+    #: parameters and inputs with a leading task dimension and treat every task on its own (broadcasting
+    #: matmuls). The bilevel loop (:mod:`recombine.train.bilevel`) then calls them on the whole meta-batch
+    #: instead of through ``vmap``: the same numbers with less overhead per call.
+    broadcasts_over_tasks: bool = False
 
     def initial_fast(self) -> FastParameters:
         return dict(self.fast_init.items())
@@ -262,6 +269,8 @@ def _standard_mlp_parameters(shapes: list[tuple[int, int]]) -> dict[str, nn.Para
 class ANIL(MetaLearner):
     """HNET D.2: the readout layer is fast, the feature encoder is task-shared."""
 
+    broadcasts_over_tasks = True
+
     def __init__(self, n_inputs: int, n_outputs: int, config: MLPLearnerConfig) -> None:
         super().__init__()
         self.shapes = layer_sizes(n_inputs, config.n_hidden, config.n_layers, n_outputs)
@@ -280,7 +289,7 @@ class ANIL(MetaLearner):
 
     def forward_from_features(self, fast: FastParameters, features: Tensor) -> Tensor:
         weight, bias = (fast[name] for name in self.readout_names)
-        return features @ weight.T + bias
+        return features @ weight.mT + bias.unsqueeze(-2)
 
     def forward(self, fast: FastParameters, x: Tensor) -> Tensor:
         return self.forward_from_features(fast, self.fast_independent_features(x))
@@ -288,6 +297,8 @@ class ANIL(MetaLearner):
 
 class MAML(MetaLearner):
     """HNET D.1: every parameter is fast; the meta-parameters are their initial values."""
+
+    broadcasts_over_tasks = True
 
     def __init__(self, n_inputs: int, n_outputs: int, config: MLPLearnerConfig) -> None:
         super().__init__()

@@ -19,7 +19,9 @@ we write ``phi_k = phi_0 + stop_grad(phi_k - phi_0)``, whose value is ``phi_k`` 
 The inner loop runs on all tasks at once: ``grad`` of the task-summed support loss of the ``vmap``-ed
 learner over the stacked fast parameters (each task's own gradient, one batched backward), with the
 meta-parameters held constant (``no_grad``) and the part of the forward pass that does not depend on the
-fast parameters (ANIL's encoder) computed once per inner loop. ``inner_loop_per_task`` is
+fast parameters (ANIL's encoder) computed once per inner loop. Learners whose forward pass broadcasts
+over a leading task dimension (ANIL, MAML: plain matmuls) run on the stacked meta-batch without ``vmap``.
+``inner_loop_per_task`` is
 the plain reference (a Python loop over tasks, ``torch.autograd.grad`` and ``torch.optim``), used by the
 tests and the benchmark. Losses: ``mse`` (HNET eq. 4, ``(1/2)||f - y||^2`` averaged over samples) and ``kl``
 (C.2.2, ``KL(softmax(y) || softmax(f))`` averaged over samples); accuracy is the argmax match (C.2.2).
@@ -107,14 +109,20 @@ def accuracy(prediction: Tensor, target: Tensor) -> Tensor:
 # --- the inner loop ---
 
 
-def _adam_update(
-    value: Tensor, gradient: Tensor, m: Tensor, v: Tensor, step: int, lr: float
-) -> tuple[Tensor, Tensor, Tensor]:
-    b1, b2 = _ADAM_BETAS
-    m = b1 * m + (1 - b1) * gradient
-    v = b2 * v + (1 - b2) * gradient * gradient
-    m_hat, v_hat = m / (1 - b1**step), v / (1 - b2**step)
-    return value - lr * m_hat / (v_hat.sqrt() + _ADAM_EPS), m, v
+def inner_optimizer(parameters: list[Tensor], config: BilevelConfig, foreach: bool) -> torch.optim.Optimizer:
+    """The inner-loop optimiser of ``config`` (Adam or SGD) over ``parameters``; ``foreach``: one fused
+    update over all of them (the vectorised loop, where each is a stack of every task's copy: both
+    optimisers are elementwise, so this is every task's own update)."""
+    if config.inner_optimizer == "sgd":
+        return torch.optim.SGD(parameters, lr=config.inner_lr, foreach=foreach)
+    return torch.optim.Adam(parameters, lr=config.inner_lr, betas=_ADAM_BETAS, eps=_ADAM_EPS, foreach=foreach)
+
+
+def over_tasks(model: MetaLearner, method: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """``method`` of ``model`` applied to every task of a stacked meta-batch at once: ``vmap`` over the
+    leading task dimension, or the method itself for learners that broadcast over it
+    (:attr:`~recombine.models.meta_learners.MetaLearner.broadcasts_over_tasks`: ANIL, MAML)."""
+    return method if model.broadcasts_over_tasks else vmap(method)
 
 
 def batched_fast_init(model: MetaLearner, n_tasks: int) -> FastParameters:
@@ -138,25 +146,21 @@ def inner_loop_vectorised(
     The meta-parameters are constants here: the loop runs under ``no_grad``, which ``grad`` overrides
     only for its own argument, the fast parameters.
     """
-    batched_forward = vmap(model.forward_from_features)
+    batched_forward = over_tasks(model, model.forward_from_features)
     fast = {k: v.detach().clone() for k, v in fast.items()}
-    moments = {k: (torch.zeros_like(v), torch.zeros_like(v)) for k, v in fast.items()}
+    optimizer = inner_optimizer(list(fast.values()), config, foreach=True)
     with torch.no_grad():
-        features = vmap(model.fast_independent_features)(x)
+        features = over_tasks(model, model.fast_independent_features)(x)
         target = loss_target(kind, y)
 
         def summed_support_loss(stacked_fast: FastParameters) -> Tensor:
             return len(x) * loss_against_target(kind, batched_forward(stacked_fast, features), target)
 
         gradient_fn = grad(summed_support_loss)
-        for step in range(1, config.inner_steps + 1):
-            gradients = gradient_fn(fast)
-            for k in fast:
-                if config.inner_optimizer == "sgd":
-                    fast[k] = fast[k] - config.inner_lr * gradients[k]
-                else:
-                    fast[k], m, v = _adam_update(fast[k], gradients[k], *moments[k], step, config.inner_lr)
-                    moments[k] = (m, v)
+        for _ in range(config.inner_steps):
+            for k, gradient in gradient_fn(fast).items():
+                fast[k].grad = gradient
+            optimizer.step()  # in place: ``fast`` holds the updated values
     # detached: no graph back to the meta-parameters even if grad mode were on here
     return {k: v.detach() for k, v in fast.items()}
 
@@ -169,10 +173,7 @@ def inner_loop_per_task(
     for task in range(len(x)):
         task_fast = {k: v[task].detach().clone().requires_grad_(True) for k, v in fast.items()}
         leaves = list(task_fast.values())
-        if config.inner_optimizer == "sgd":
-            optimizer: torch.optim.Optimizer = torch.optim.SGD(leaves, lr=config.inner_lr)
-        else:
-            optimizer = torch.optim.Adam(leaves, lr=config.inner_lr, betas=_ADAM_BETAS, eps=_ADAM_EPS)
+        optimizer = inner_optimizer(leaves, config, foreach=False)
         with torch.no_grad():
             features = model.fast_independent_features(x[task])
         target = loss_target(kind, y[task])
@@ -214,7 +215,9 @@ def meta_loss(
         fast = {k: init[k] + (adapted[k] - init[k]).detach() for k in adapted}
     else:
         fast = adapted
-    if config.vectorised:
+    if config.vectorised and model.broadcasts_over_tasks:
+        predictions = model(fast, query_x)
+    elif config.vectorised:
         params = dict(model.named_parameters())
         predictions = vmap(lambda f, x: functional_call(model, params, (f, x)))(fast, query_x)
     else:
