@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from recombine.probes.mask_analysis_double_add import (
     pair_passes,
     run_double_add_analysis,
     run_double_add_reproduction,
+    train_network,
 )
 from recombine.probes.weight_masks import MaskedModel, MaskTrainingConfig
 from recombine.tasks.addmul import AddMulConfig, build_double_addition, only_pair
@@ -127,6 +129,16 @@ def test_copied_io_makes_pair_2_a_replica_of_pair_1() -> None:
     torch.testing.assert_close(after1[:, :20], before[:, :20])  # pair 1's logits unchanged
     torch.testing.assert_close(after2[:, 20:], after1[:, :20])
     assert not torch.allclose(before[:, 20:], after1[:, 20:])  # pair 2's outputs were rewired
+
+
+def test_train_network_applies_the_copy_for_fnn_copied_io() -> None:
+    config = dataclasses.replace(_config(train_steps=3), architecture="fnn_copied_io")
+    model, _ = train_network(config, build_double_addition(config.task, seed=0)["train"], seed=0)
+    assert isinstance(model, FeedForwardNetwork)
+    half_in, half_out = model.layers[0].in_features // 2, model.output.out_features // 2
+    assert torch.equal(model.layers[0].weight[:, half_in:], model.layers[0].weight[:, :half_in])
+    assert torch.equal(model.output.weight[half_out:], model.output.weight[:half_out])
+    assert torch.equal(model.output.bias[half_out:], model.output.bias[:half_out])
 
 
 def test_reproduction_writes_report_results_and_figure_with_mean_and_std_over_seeds(tmp_path: Path) -> None:

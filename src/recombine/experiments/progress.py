@@ -3,9 +3,10 @@
 Two kinds, both on stderr so that stdout and the reports stay clean:
 
 * :func:`training_bar`: a tqdm bar over the steps of one training loop when stderr is a terminal
-  (removed when the loop ends); otherwise (a log file of a background run) one plain line per tenth
-  of the steps, ``dnc_ds seed 1: 600/2000 steps (30 %), 61 s, ~142 s left``, so that a log shows how
-  far a long trial has got before its trial line;
+  (removed when the loop ends); otherwise (a log file of a background run) plain lines such as
+  ``dnc_ds seed 1: 600/2000 steps (30 %), 61 s, ~142 s left``, at most one per tenth of the steps and
+  at least 10 s apart (a loop of a few seconds prints none), so that a log shows how far a long trial
+  has got before its trial line;
 * :func:`trial_done`: one line per finished trial, always printed and flushed, so that the log file of a
   long background run shows how far it got, e.g.
   ``[3/6] dnc_ds seed 1: 2000 steps, 203 s, final eval loss 0.12``.
@@ -21,7 +22,7 @@ from types import TracebackType
 
 from tqdm import tqdm
 
-#: a log line per this fraction of the steps when stderr is not a terminal ...
+#: when stderr is not a terminal, at most one log line per 1 / MILESTONES of the steps ...
 MILESTONES = 10
 #: ... but none sooner than this many seconds after the start or the previous line (short loops stay quiet)
 MIN_SECONDS_BETWEEN_LINES = 10.0
@@ -45,9 +46,10 @@ class MilestoneLines:
         if reached > self._passed and now - self._last_line >= self.min_seconds:
             self._passed, self._last_line = reached, now
             elapsed = now - self._start
-            left = elapsed * (self.total - self.n) / self.n
+            left = elapsed * max(self.total - self.n, 0) / self.n
+            percent = min(100, 100 * self.n // self.total)
             print(
-                f"{self.description}: {self.n}/{self.total} steps ({100 * self.n // self.total} %), "
+                f"{self.description}: {self.n}/{self.total} steps ({percent} %), "
                 f"{_seconds(elapsed)}, ~{_seconds(left)} left",
                 file=sys.stderr,
                 flush=True,
@@ -74,7 +76,8 @@ def training_bar(total: int, description: str) -> tqdm | MilestoneLines:
 
     Use it as a context manager and call ``bar.update()`` once per step. On a terminal a tqdm bar;
     otherwise (a log file, a pipe, pytest's capture) :class:`MilestoneLines`."""
-    if not sys.stderr.isatty():  # sys.stderr looked up now: it may have been replaced since import
+    stderr = sys.stderr  # looked up now: it may have been replaced since import (or be None)
+    if not (stderr is not None and getattr(stderr, "isatty", None) and stderr.isatty()):
         return MilestoneLines(total, description)
     return tqdm(total=total, desc=description, file=sys.stderr, leave=False, dynamic_ncols=True)
 

@@ -58,7 +58,8 @@ def layer_sizes(n_inputs: int, n_hidden: int, n_layers: int, n_outputs: int) -> 
 def mlp(weights: list[Tensor], biases: list[Tensor], x: Tensor, ntk: bool) -> Tensor:
     """ReLU MLP ``x [N, n] -> [N, o]``; ``ntk`` divides every pre-activation's matmul by sqrt(fan_in).
 
-    Also for a stack of tasks: weights ``[T, o, n]``, biases ``[T, o]``, ``x [T, N, n] -> [T, N, o]``."""
+    Also for a stack of tasks: weights ``[T, o, n]``, biases ``[T, o]``, ``x [T, N, n] -> [T, N, o]``.
+    ``x`` must have a sample dimension (at least 2-D)."""
     for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
         x = x @ w.mT
         if ntk:

@@ -213,7 +213,11 @@ def run_addmul_analysis(config: AddMulAnalysisConfig, seed: int = 0) -> AddMulAn
         batches = random_batches(
             data.inputs, data.targets, config.batch_size, seed * 1000 + index + 1, config.device
         )
-        masks[target] = train_weight_mask(model, batches, digit_loss, config.mask, seed=seed + index).binary
+        label = f"{config.architecture} seed {seed}: {target} mask"
+        trained = train_weight_mask(
+            model, batches, digit_loss, config.mask, seed=seed + index, description=label
+        )
+        masks[target] = trained.binary
 
     evaluated: dict[str, torch.nn.Module] = {"none": model}
     for target, mask in masks.items():

@@ -340,7 +340,11 @@ def run_double_add_analysis(config: DoubleAddAnalysisConfig, seed: int = 0) -> D
     masks: dict[str, MaskSet] = {}
     for index, target in enumerate(targets):
         batches, loss_fn = _mask_data(config, splits["train"], target, seed * 1000 + index + 1)
-        masks[target] = train_weight_mask(model, batches, loss_fn, config.mask, seed=seed + index).binary
+        label = f"{config.architecture} seed {seed}: {target} mask"
+        trained = train_weight_mask(
+            model, batches, loss_fn, config.mask, seed=seed + index, description=label
+        )
+        masks[target] = trained.binary
 
     evaluated: dict[str, torch.nn.Module] = {"none": model}
     if "full" in masks:
@@ -499,8 +503,8 @@ def run_double_add_reproduction(
 class MaskDoubleAddReproductionConfig:
     """``recombine reproduce masks-double-add``: :func:`cpu_scale_config` per architecture over ``seeds``.
 
-    ``architectures`` replaces ``analysis.architecture``: every listed one (``fnn``, ``lstm_together``,
-    ``lstm_forced``) runs with the same ``analysis`` settings."""
+    ``architectures`` replaces ``analysis.architecture``: every listed one (``fnn``, ``fnn_copied_io``,
+    ``lstm_together``, ``lstm_forced``) runs with the same ``analysis`` settings."""
 
     analysis: DoubleAddAnalysisConfig = field(default_factory=cpu_scale_config)
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])

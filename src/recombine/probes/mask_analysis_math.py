@@ -339,6 +339,7 @@ def run_math_mask_trial(
             config.batch_size,
             seed=1000 * seed + index,
             device=config.device,
+            description=f"{module} seed {seed}: {mask} mask",
         )
         masks[mask] = trained.binary
         final_mask_loss[mask] = trained.task_losses[-1] if trained.task_losses else math.nan

@@ -302,6 +302,7 @@ def run_scan_mask_trial(
             config.batch_size,
             seed=1000 * seed + index,
             device=config.device,
+            description=f"{architecture} seed {seed}: {name} mask",
         )
         masks[name] = trained.binary
         final_mask_loss[name] = trained.task_losses[-1] if trained.task_losses else math.nan

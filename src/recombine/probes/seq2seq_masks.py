@@ -146,6 +146,7 @@ def train_seq2seq_mask(
     batch_size: int,
     seed: int = 0,
     device: str = "cpu",
+    description: str = "weight mask",
 ) -> MaskTrainingResult:
     """A mask for the frozen seq2seq ``model`` trained on ``split`` (thesis 3.1, 3.3): token
     cross-entropy of the teacher-forced outputs plus ``alpha * sum_i l_i``; ``batch_size`` examples per
@@ -155,7 +156,7 @@ def train_seq2seq_mask(
     if config.application == "auto":
         config = replace(config, application="loop")
     batches = teacher_forced_batches(split, batch_size, n_classes, seed * 7919 + 1, device)
-    return train_weight_mask(model, batches, token_cross_entropy, config, seed=seed)
+    return train_weight_mask(model, batches, token_cross_entropy, config, seed=seed, description=description)
 
 
 def exact_match_accuracy(

@@ -382,6 +382,7 @@ def train_weight_mask(
     seed: int = 0,
     mask: WeightMask | None = None,
     fixed: MaskSet | None = None,
+    description: str = "weight mask",
 ) -> MaskTrainingResult:
     """Train a mask for the target function the ``batches`` define, on the frozen ``model``.
 
@@ -392,7 +393,12 @@ def train_weight_mask(
 
     ``fixed``: binary masks of parameters that are not learned (thesis 3.4: the output layer, fixed to
     the control mask's). They are left out of the learned logits, every sample applies them unchanged,
-    and the result's ``binary`` contains them, so :class:`MaskedModel` evaluates the whole mask."""
+    and the result's ``binary`` contains them, so :class:`MaskedModel` evaluates the whole mask.
+
+    ``description`` labels the progress output over the steps
+    (:func:`recombine.experiments.progress.training_bar`)."""
+    from recombine.experiments.progress import training_bar  # not at the top: the package imports us
+
     fixed_masks = dict(fixed.masks) if fixed is not None else {}
     parameters = dict(model.named_parameters())
     for name, fixed_mask in fixed_masks.items():
@@ -426,6 +432,7 @@ def train_weight_mask(
     task_losses: list[float] = []
     kept: list[float] = []
     iterator = iter(batches)
+    bar = training_bar(config.steps, description)
     try:
         for step in range(config.steps):
             try:
@@ -449,7 +456,9 @@ def train_weight_mask(
             task_losses.append(float(task_loss.detach()))
             with torch.no_grad():
                 kept.append(float(sum(torch.sigmoid(l).sum() for l in mask.logits)) / n_weights)
+            bar.update()
     finally:
+        bar.close()
         model.train(was_training)
     binary = mask.binary()
     if fixed_masks:  # learned and fixed parts together, in the model's parameter order

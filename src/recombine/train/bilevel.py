@@ -109,10 +109,12 @@ def accuracy(prediction: Tensor, target: Tensor) -> Tensor:
 # --- the inner loop ---
 
 
-def inner_optimizer(parameters: list[Tensor], config: BilevelConfig, foreach: bool) -> torch.optim.Optimizer:
-    """The inner-loop optimiser of ``config`` (Adam or SGD) over ``parameters``; ``foreach``: one fused
-    update over all of them (the vectorised loop, where each is a stack of every task's copy: both
-    optimisers are elementwise, so this is every task's own update)."""
+def build_inner_optimizer(
+    parameters: list[Tensor], config: BilevelConfig, foreach: bool
+) -> torch.optim.Optimizer:
+    """The inner-loop optimiser of ``config`` (Adam or SGD) over ``parameters``. ``foreach``: one
+    multi-tensor update over all of them, for the vectorised loop, where each parameter is a stack of
+    every task's copy (both optimisers are elementwise, so this is every task's own update)."""
     if config.inner_optimizer == "sgd":
         return torch.optim.SGD(parameters, lr=config.inner_lr, foreach=foreach)
     return torch.optim.Adam(parameters, lr=config.inner_lr, betas=_ADAM_BETAS, eps=_ADAM_EPS, foreach=foreach)
@@ -135,12 +137,13 @@ def inner_loop_vectorised(
 ) -> FastParameters:
     """Adapt the stacked fast parameters of every task at once (Alg. 2).
 
-    The gradient is ``grad`` of the task-summed support loss of the ``vmap``-ed learner: each task's
+    The gradient is ``grad`` of the task-summed support loss of the learner applied over all tasks
+    (:func:`over_tasks`: ``vmap``, or the learner itself for ANIL / MAML, which broadcast): each task's
     loss depends only on its own slice of the stacked fast parameters, so this gives every task's own
     gradient (equal to ``vmap(grad(support loss))``) with one batched backward; for MAML it is 2.4x
     faster per inner step. Every task has the same number of support samples, so the sum of the
     per-task mean losses is ``n_tasks`` times the loss averaged over the whole ``[tasks, samples]``
-    batch, which is computed outside ``vmap`` on the batched predictions. The learner's
+    batch, which is computed on the stacked predictions. The learner's
     :meth:`~recombine.models.meta_learners.MetaLearner.fast_independent_features` (ANIL's encoder) are
     computed once.
     The meta-parameters are constants here: the loop runs under ``no_grad``, which ``grad`` overrides
@@ -148,7 +151,7 @@ def inner_loop_vectorised(
     """
     batched_forward = over_tasks(model, model.forward_from_features)
     fast = {k: v.detach().clone() for k, v in fast.items()}
-    optimizer = inner_optimizer(list(fast.values()), config, foreach=True)
+    optimizer = build_inner_optimizer(list(fast.values()), config, foreach=True)
     with torch.no_grad():
         features = over_tasks(model, model.fast_independent_features)(x)
         target = loss_target(kind, y)
@@ -173,7 +176,7 @@ def inner_loop_per_task(
     for task in range(len(x)):
         task_fast = {k: v[task].detach().clone().requires_grad_(True) for k, v in fast.items()}
         leaves = list(task_fast.values())
-        optimizer = inner_optimizer(leaves, config, foreach=False)
+        optimizer = build_inner_optimizer(leaves, config, foreach=False)
         with torch.no_grad():
             features = model.fast_independent_features(x[task])
         target = loss_target(kind, y[task])
