@@ -12,6 +12,7 @@ import torch
 from recombine.errors import UserError
 from recombine.probes.mask_analysis_common import (
     accuracy_table,
+    analyse_every_architecture_and_seed,
     check_choice,
     format_mean_std,
     mean_std_tree,
@@ -87,3 +88,37 @@ def test_sharing_summary_and_panels_figure(tmp_path: Path) -> None:
     }
     path = plot_sharing_panels(panels, [("shared_of_add", "+"), ("shared_of_mul", "*")], tmp_path / "s.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_trial_loop_resumes_from_its_log_and_seeds_of_separate_runs_add_up(tmp_path: Path) -> None:
+    calls: list[tuple[str, int]] = []
+
+    def analyse(architecture: str, seed: int) -> dict:
+        calls.append((architecture, seed))
+        return {"accuracy": 0.1 * seed + (architecture == "b"), "by_digit": {3: float(seed)}}
+
+    def loop(seeds: list[int], settings: dict, out_dir: Path | None = tmp_path) -> dict:
+        return analyse_every_architecture_and_seed(
+            ["a", "b"], seeds, analyse, lambda summary: "", out_dir=out_dir, settings=settings
+        )
+
+    loop([0], {"steps": 5})
+    loop([1], {"steps": 5})
+    assert calls == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+    with (tmp_path / "trials.jsonl").open("a") as log:
+        log.write('{"key": "cut short by a cr')  # a crash mid-line: skipped when read
+    calls.clear()
+    resumed = loop([0, 1], {"steps": 5})
+    assert calls == []
+    fresh = loop([0, 1], {"steps": 5}, out_dir=None)
+    assert calls == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    for name in ("a", "b"):
+        stats, reference = (r["architectures"][name]["mean_std"] for r in (resumed, fresh))
+        assert stats.pop("seconds") and reference.pop("seconds")  # timings differ; everything else not
+        assert stats == reference
+        assert resumed["architectures"][name]["mean_std"]["by_digit"]["3"] == pytest.approx(
+            (0.5, math.sqrt(0.5))
+        )
+    calls.clear()
+    loop([0], {"steps": 6})  # other settings: not the stored trials
+    assert calls == [("a", 0), ("b", 0)]

@@ -143,7 +143,12 @@ def test_train_network_applies_the_copy_for_fnn_copied_io() -> None:
 
 def test_reproduction_writes_report_results_and_figure_with_mean_and_std_over_seeds(tmp_path: Path) -> None:
     results = run_double_add_reproduction(_config(train_steps=40, mask_steps=10), seeds=[0, 1], out=tmp_path)
-    assert {p.name for p in tmp_path.iterdir()} == {"report.md", "results.json", "sharing.png"}
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "report.md",
+        "results.json",
+        "sharing.png",
+        "trials.jsonl",
+    }
     stored = json.loads((tmp_path / "results.json").read_text())
     assert stored["seeds"] == [0, 1] and list(stored["architectures"]) == ["fnn"]
     fnn = stored["architectures"]["fnn"]
@@ -164,3 +169,24 @@ def test_reproduction_writes_report_results_and_figure_with_mean_and_std_over_se
     assert results["architectures"]["fnn"]["per_seed"]["1"]["iou"] == pytest.approx(
         fnn["per_seed"]["1"]["iou"], nan_ok=True
     )
+
+
+def test_a_rerun_with_more_seeds_trains_only_the_new_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Trials resume from ``trials.jsonl``: seeds 0, 1 and then 0, 1, 2 into one directory train seed 2
+    only, and give seeds 0 and 1 exactly the first run's numbers; other settings train afresh."""
+    config = _config(train_steps=20, mask_steps=5)
+    first = run_double_add_reproduction(config, seeds=[0, 1], out=tmp_path)
+    capsys.readouterr()
+    second = run_double_add_reproduction(config, seeds=[0, 1, 2], out=tmp_path)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
+    assert [("trials.jsonl" in line) for line in lines] == [True, True, False]
+    for seed in ("0", "1"):
+        assert (
+            second["architectures"]["fnn"]["per_seed"][seed]
+            == first["architectures"]["fnn"]["per_seed"][seed]
+        )
+    assert set(second["architectures"]["fnn"]["per_seed"]) == {"0", "1", "2"}
+    run_double_add_reproduction(dataclasses.replace(config, train_steps=21), seeds=[0], out=tmp_path)
+    assert "trials.jsonl" not in capsys.readouterr().err  # another config: trained again

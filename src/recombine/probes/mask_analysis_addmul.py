@@ -52,6 +52,7 @@ from recombine.probes.mask_analysis_common import (
     random_batches,
     sharing_summary,
     train_model,
+    trial_settings,
     wall_time_note,
 )
 from recombine.probes.mask_sets import (
@@ -414,6 +415,8 @@ def run_addmul_reproduction(config: MaskAddMulReproductionConfig, out: str | Pat
             dataclasses.replace(config.analysis, architecture=architecture), seed
         ).summary(),
         lambda summary: f"mul under its mask {summary['accuracy']['mul']['mul']:.3f}",
+        out_dir=out,
+        settings=trial_settings(config.analysis),
     )
     aggregated = {name: stats["mean_std"] for name, stats in trials["architectures"].items()}
     results = {

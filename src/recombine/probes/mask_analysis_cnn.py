@@ -54,6 +54,7 @@ from recombine.probes.mask_analysis_common import (
     format_mean_std,
     random_batches,
     train_model,
+    trial_settings,
     wall_time_note,
 )
 from recombine.probes.mask_sets import MaskSet
@@ -568,6 +569,8 @@ def run_masks_cnn(out: str | Path, config: MaskCNNReproductionConfig) -> dict[st
             f"mean relative drop {s['mean_over_classes']['relative_drop']:.2f}, largest other / target "
             f"{s['mean_over_classes']['largest_other_over_target']:.2f}"
         ),
+        out_dir=out,
+        settings=trial_settings(config),
     )
     names = first.class_names
     aggregated = {name: stats["mean_std"] for name, stats in trials["architectures"].items()}

@@ -5,6 +5,8 @@
 * :func:`train_model`: the weight training before the freeze (Adam, gradient clipping; B.3.2);
 * :func:`accuracy_table`: one Markdown row per evaluated function, one column per mask;
 * :func:`mean_std_tree`: mean and sample std over seeds of every number in nested result dicts;
+* :func:`analyse_every_architecture_and_seed`: the trial loop of the mask reproductions, resumable
+  from ``trials.jsonl`` (:func:`trial_settings` names what a stored trial must match);
 * :func:`sharing_summary`: per-layer sharing counts and ratios as JSON-ready dicts;
 * :func:`plot_sharing_panels`: the per-layer sharing bars (thesis Figs. 3.1, 3.3), one panel per
   architecture, mean ± std over seeds.
@@ -12,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -158,34 +161,72 @@ def mean_std_tree(trees: Sequence[Any]) -> Any:
     return mean_std([float(tree) for tree in trees])
 
 
+#: the config fields that list what a mask reproduction runs rather than how one trial runs
+RUN_LIST_FIELDS = ("seeds", "architectures", "modules")
+
+
+def trial_settings(config: Any) -> dict[str, Any]:
+    """Everything in a reproduction's config (a dataclass) that changes a trial's result: all fields but
+    the lists of seeds and architectures / modules to run (:data:`RUN_LIST_FIELDS`)."""
+    return {k: v for k, v in asdict(config).items() if k not in RUN_LIST_FIELDS}
+
+
 def analyse_every_architecture_and_seed(
     architectures: Sequence[str],
     seeds: Sequence[int],
     analyse: Callable[[str, int], dict[str, Any]],
     headline: Callable[[dict[str, Any]], str],
+    out_dir: Path | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``analyse(architecture, seed)`` (a trial's summary) for every pair, one progress line each.
 
     Returns the ``results.json`` fields the mask reproductions share: ``architectures[name]`` with
     ``per_seed`` (each summary plus its ``seconds``) and ``mean_std`` (:func:`mean_std_tree`),
     ``trials`` (architecture, seed, seconds per trial; the run list the result index counts) and
-    ``wall_seconds``."""
-    from recombine.experiments.progress import trial_done  # not at the top: the package imports us
+    ``wall_seconds``.
 
+    ``out_dir``: every finished trial is appended to its ``trials.jsonl``
+    (:class:`~recombine.experiments.block_architecture_grid.TrialLog`) under the key of ``settings``
+    (:func:`trial_settings`), its
+    architecture and its seed, and a trial already there is read back instead of run again. So an
+    interrupted run resumes where it stopped, and runs of different seeds into one directory (one after
+    the other, or side by side) add up when a last run lists all the seeds. ``wall_seconds`` then counts
+    this call's time plus the stored time of the trials read back."""
+    # not at the top: the experiments package imports this module
+    from recombine.experiments.block_architecture_grid import TRIALS_FILE, TrialLog, trial_key
+    from recombine.experiments.progress import trial_done
+
+    log = TrialLog(out_dir / TRIALS_FILE) if out_dir is not None else None
+    finished = log.finished() if log is not None else {}
     per_architecture: dict[str, dict[str, Any]] = {}
     trials: list[dict[str, Any]] = []
     wall_started = time.perf_counter()
+    reused_seconds = 0.0
     total = len(architectures) * len(seeds)
     for architecture in architectures:
         per_seed: dict[str, dict[str, Any]] = {}
         for seed in seeds:
+            key = trial_key({"settings": dict(settings or {}), "architecture": architecture, "seed": seed})
+            name = f"{architecture} seed {seed}"
+            if key in finished:
+                summary = finished[key]
+                seconds = float(summary["seconds"])
+                reused_seconds += seconds
+                trials.append({"architecture": architecture, "seed": seed, "seconds": seconds})
+                trial_done(len(trials), total, name, seconds, f"from {log.path}")  # type: ignore[union-attr]
+                per_seed[str(seed)] = summary
+                continue
             started = time.perf_counter()
-            summary = analyse(architecture, seed)
+            # through JSON, so that fresh summaries and those read back have the same form (str keys)
+            summary = json.loads(json.dumps(analyse(architecture, seed)))
             seconds = time.perf_counter() - started
             summary["seconds"] = seconds
             per_seed[str(seed)] = summary
+            if log is not None:
+                log.add(key, summary)
             trials.append({"architecture": architecture, "seed": seed, "seconds": seconds})
-            trial_done(len(trials), total, f"{architecture} seed {seed}", seconds, headline(summary))
+            trial_done(len(trials), total, name, seconds, headline(summary))
         per_architecture[architecture] = {
             "per_seed": per_seed,
             "mean_std": mean_std_tree(list(per_seed.values())),
@@ -193,7 +234,7 @@ def analyse_every_architecture_and_seed(
     return {
         "architectures": per_architecture,
         "trials": trials,
-        "wall_seconds": time.perf_counter() - wall_started,
+        "wall_seconds": time.perf_counter() - wall_started + reused_seconds,
     }
 
 

@@ -78,6 +78,7 @@ from recombine.probes.mask_analysis_common import (
     random_batches,
     sharing_summary,
     train_model,
+    trial_settings,
     wall_time_note,
 )
 from recombine.probes.mask_sets import (
@@ -479,6 +480,8 @@ def run_double_add_reproduction(
             dataclasses.replace(config, architecture=architecture), seed
         ).summary(),
         lambda summary: f"pair 2 under ~pair1 {summary['accuracy']['~pair1']['pair2']:.3f}",
+        out_dir=out,
+        settings=trial_settings(config),
     )
     aggregated = {name: stats["mean_std"] for name, stats in trials["architectures"].items()}
     results = {

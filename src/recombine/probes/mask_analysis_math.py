@@ -56,6 +56,7 @@ from recombine.probes.mask_analysis_common import (
     analyse_every_architecture_and_seed,
     check_choice,
     format_mean_std,
+    trial_settings,
     wall_time_note,
 )
 from recombine.probes.mask_sets import MaskSet
@@ -572,7 +573,9 @@ def run_masks_math(out: str | Path, config: MasksMathConfig) -> dict[str, Any]:
             f"easy mask {100 * hard['easy']:.0f} %"
         )
 
-    trials = analyse_every_architecture_and_seed(config.modules, config.seeds, analyse, headline)
+    trials = analyse_every_architecture_and_seed(
+        config.modules, config.seeds, analyse, headline, out_dir=out, settings=trial_settings(config)
+    )
     per_module = trials.pop("architectures")
     aggregated = {module: stats["mean_std"] for module, stats in per_module.items()}
     verdicts = {

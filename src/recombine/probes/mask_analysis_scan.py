@@ -55,6 +55,7 @@ from recombine.probes.mask_analysis_common import (
     analyse_every_architecture_and_seed,
     check_choice,
     format_mean_std,
+    trial_settings,
     wall_time_note,
 )
 from recombine.probes.mask_sets import MaskSet
@@ -629,6 +630,8 @@ def run_masks_scan(out: str | Path, config: MasksScanConfig) -> dict[str, Any]:
         config.seeds,
         lambda architecture, seed: run_scan_mask_trial(config, architecture, seed, splits).summary(),
         headline,
+        out_dir=out,
+        settings=trial_settings(config),
     )
     aggregated = {name: stats["mean_std"] for name, stats in trials["architectures"].items()}
     claims = {
