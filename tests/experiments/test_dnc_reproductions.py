@@ -33,6 +33,7 @@ TINY = {
     "smooth": 2,
     "d_controller": 8,
     "cell_width": 4,
+    "compile_steps": False,  # the reproductions' default; compiling would take most of a tiny run
 }
 
 

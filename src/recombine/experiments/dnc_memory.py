@@ -102,6 +102,7 @@ class DNCSequenceConfig:
     n_read_heads: int = 1
     mask_min: float = 0.1  # delta of eq. A.2
     interface_clip: float = 20.0
+    compile_steps: bool = False  # torch.compile each time step (recombine.models.dnc)
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
@@ -170,7 +171,9 @@ class MemoryTrainResult:
 
 
 def build_sequence_dnc(task: MemoryTaskConfig, config: DNCSequenceConfig) -> DNC:
-    return DNC(task.input_size, task.output_size, config.d_controller, config.memory_config())
+    return DNC(
+        task.input_size, task.output_size, config.d_controller, config.memory_config(), config.compile_steps
+    )
 
 
 def model_inputs(bits: np.ndarray) -> torch.Tensor:
@@ -456,6 +459,10 @@ class DNCComparisonConfig:
     threshold_fraction: float = 0.2  # loss threshold = this x the chance loss (answer bits x ln 2)
     smooth: int = 50  # moving-average window of the training loss (threshold and figure)
     threads: int = 1
+    # torch.compile each time step (same numbers up to float rounding): on in the reproductions' defaults,
+    # where it is several times faster after 30-50 s of compiling per batch size
+    # (benchmarks/results/dnc_compile.json); off for --quick, where compiling would dominate
+    compile_steps: bool = False
 
     def __post_init__(self) -> None:
         _check_variants(self.variants)
@@ -529,6 +536,7 @@ def _model_and_train(config: ReproductionConfig) -> tuple[DNCSequenceConfig, Mem
         n_cells=config.n_cells,
         cell_width=config.cell_width,
         n_read_heads=config.n_read_heads,
+        compile_steps=config.compile_steps,
     )
     train = MemoryTrainConfig(
         steps=config.steps,
@@ -708,13 +716,15 @@ def render_dnc_report(
     return "\n".join(lines)
 
 
-_QUICK = {"steps": 40, "eval_every": 20, "eval_size": 16, "smooth": 10}
+_QUICK = {"steps": 40, "eval_every": 20, "eval_size": 16, "smooth": 10, "compile_steps": False}
+_DEFAULTS = {"compile_steps": True}
 DNC_REPEAT_COPY = ScriptedReproduction(
     "dnc-repeat-copy",
     "DNC vs DNC-DS vs DNC-MDS on repeated copy longer than the memory (thesis Figs. 2.3-2.4)",
     "Csordás thesis 2.3, Figs. 2.3-2.4",
     DNCRepeatCopyConfig,
     run_dnc_repeat_copy,
+    defaults=_DEFAULTS,
     quick=_QUICK,
 )
 DNC_ASSOC_RECALL = ScriptedReproduction(
@@ -723,5 +733,6 @@ DNC_ASSOC_RECALL = ScriptedReproduction(
     "Csordás thesis 2.3, Fig. 2.2a",
     DNCAssocRecallConfig,
     run_dnc_assoc_recall,
+    defaults=_DEFAULTS,
     quick=_QUICK,
 )

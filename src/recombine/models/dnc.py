@@ -10,26 +10,43 @@ tasks: embedding, DNC over the tokens (no begin/end tokens for RNNs, D.3.3), and
 of the DNC output after the last real token, exactly like the LSTM classifier. Defaults follow
 Tab. D.3 / D.3.3 (controller 200, dropout 0.5, 21 cells, 4 read heads); the cell width, which the
 thesis does not give, is the controller size as in Csordás's CTL code.
+
+``compile_steps=True`` runs each time step through ``torch.compile``: the DNC's step is a few hundred
+small tensor operations, so at small sizes the eager step is dominated by per-operation overhead, which
+the compiled step fuses away (``benchmarks/bench_dnc_compile.py``: about 4-5x at the thesis's repeated
+copy size). The first call compiles (30-50 s per batch size on this CPU; cached on disk afterwards);
+outputs and gradients equal the eager ones up to float rounding. Traces (``return_trace=True``) always
+run eagerly.
 """
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from recombine.errors import UserError
-from recombine.models.layers.dnc_memory import DNCMemory, DNCMemoryConfig, DNCMemoryTrace
+from recombine.models.layers.dnc_memory import DNCMemory, DNCMemoryConfig, DNCMemoryState, DNCMemoryTrace
 from recombine.tasks.base import TaskSpec
 
 
 class DNC(nn.Module):
     """LSTM controller + DNC memory over a sequence: ``[B, T, d_input] -> [B, T, d_output]``."""
 
-    def __init__(self, d_input: int, d_output: int, d_controller: int, memory: DNCMemoryConfig) -> None:
+    def __init__(
+        self,
+        d_input: int,
+        d_output: int,
+        d_controller: int,
+        memory: DNCMemoryConfig,
+        compile_steps: bool = False,
+    ) -> None:
         super().__init__()
         self.memory_config = memory
+        self.compile_steps = compile_steps
         reads_size = memory.n_read_heads * memory.cell_width
         self.controller = nn.LSTMCell(d_input + reads_size, d_controller)
         self.memory = DNCMemory(d_controller, memory)
@@ -45,15 +62,66 @@ class DNC(nn.Module):
         cell = inputs.new_zeros(batch_size, self.controller.hidden_size)
         outputs: list[torch.Tensor] = []
         traces: list[DNCMemoryTrace] = []
+        if self.compile_steps and not return_trace and n_steps > 0:
+            # the first step runs eagerly: its all-zero state has no gradient history, unlike every later
+            # step's, and compiling both would double the compiled graphs (each costs 30-50 s)
+            hidden, cell, state, output, _ = self.step(inputs[:, 0], hidden, cell, state)
+            outputs.append(output)
+            compiled = _compiled_step(self)
+            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                for t in range(1, n_steps):
+                    # the compiled step recomputes the memory's cell statistics rather than taking the
+                    # cached ones, whose reuse rests on tensor identity (``DNCMemoryState.memory_statistics``)
+                    hidden, cell, state, output = compiled(
+                        inputs[:, t], hidden, cell, state._replace(memory_statistics=None)
+                    )
+                    outputs.append(output)
+            return torch.stack(outputs, dim=1), None
         for t in range(n_steps):
-            previous_reads = state.reads.flatten(1)
-            hidden, cell = self.controller(torch.cat([inputs[:, t], previous_reads], dim=-1), (hidden, cell))
-            reads, state, trace = self.memory(hidden, state, return_trace)
-            outputs.append(self.controller_to_output(hidden) + self.reads_to_output(reads.flatten(1)))
+            hidden, cell, state, output, trace = self.step(inputs[:, t], hidden, cell, state, return_trace)
+            outputs.append(output)
             if trace is not None:
                 traces.append(trace)
         stacked = torch.stack(outputs, dim=1)
         return stacked, (DNCMemoryTrace.stack(traces) if return_trace and traces else None)
+
+    def step(
+        self,
+        x_t: torch.Tensor,
+        hidden: torch.Tensor,
+        cell: torch.Tensor,
+        state: DNCMemoryState,
+        return_trace: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, DNCMemoryState, torch.Tensor, DNCMemoryTrace | None]:
+        """One time step: controller, memory write and read, output ``y_t`` (thesis A.1)."""
+        previous_reads = state.reads.flatten(1)
+        hidden, cell = self.controller(torch.cat([x_t, previous_reads], dim=-1), (hidden, cell))
+        reads, state, trace = self.memory(hidden, state, return_trace)
+        output = self.controller_to_output(hidden) + self.reads_to_output(reads.flatten(1))
+        return hidden, cell, state, output, trace
+
+
+#: compiled graphs one step function may collect (torch's default, 8, is reached by three DNC variants,
+#: training and evaluation, in one process; past it torch silently runs the step eagerly)
+RECOMPILE_LIMIT = 64
+
+#: model -> its compiled time step (kept outside the module so that copying or pickling it is unaffected)
+_COMPILED_STEPS: weakref.WeakKeyDictionary[DNC, Callable[..., tuple]] = weakref.WeakKeyDictionary()
+
+
+def _compiled_step(model: DNC) -> Callable[..., tuple]:
+    """``torch.compile`` of ``model.step`` without traces, ``(x_t, hidden, cell, state) -> (hidden, cell,
+    state, output)``, made once per model."""
+    if model not in _COMPILED_STEPS:
+
+        def step(
+            x_t: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor, state: DNCMemoryState
+        ) -> tuple[torch.Tensor, torch.Tensor, DNCMemoryState, torch.Tensor]:
+            hidden, cell, state, output, _ = model.step(x_t, hidden, cell, state)
+            return hidden, cell, state, output
+
+        _COMPILED_STEPS[model] = torch.compile(step)
+    return _COMPILED_STEPS[model]
 
 
 @dataclass
@@ -69,6 +137,7 @@ class DNCClassifierConfig:
     mask_min: float = 0.1  # delta of eq. A.2
     interface_clip: float = 20.0
     dropout: float = 0.5  # Tab. D.3
+    compile_steps: bool = False  # torch.compile each time step (DNC module docstring)
 
     def __post_init__(self) -> None:
         if self.d_controller < 1 or self.d_embedding < 0:
@@ -96,7 +165,13 @@ class DNCClassifier(nn.Module):
         self.config = config
         d_embedding = config.d_embedding or config.d_controller
         self.embedding = nn.Embedding(spec.input_vocab_size, d_embedding)
-        self.dnc = DNC(d_embedding, config.d_controller, config.d_controller, config.memory_config())
+        self.dnc = DNC(
+            d_embedding,
+            config.d_controller,
+            config.d_controller,
+            config.memory_config(),
+            config.compile_steps,
+        )
         self.dropout = nn.Dropout(config.dropout)
         self.readout = nn.Linear(config.d_controller, spec.n_classes)
 
