@@ -28,6 +28,7 @@ import time
 
 import torch
 
+from recombine.experiments.dnc_memory import VARIANTS
 from recombine.models.dnc import DNC
 from recombine.models.layers.dnc_memory import DNCMemoryConfig
 from timing import environment, median_times, write_json
@@ -38,8 +39,8 @@ SIZES: dict[str, tuple[int, int, int, int, int, int, int]] = {
     "repeat_copy_cpu": (16, 30, 7, 32, 6, 16, 1),
     "ctl_classifier": (256, 11, 200, 200, 21, 200, 4),
 }
-#: variant -> (masked, dealloc, sharpness)
-VARIANTS = {"dnc": (False, False, False), "dnc_mds": (True, True, True)}
+#: the variants measured (their M / D / S switches: recombine.experiments.dnc_memory.VARIANTS)
+MEASURED_VARIANTS = ("dnc", "dnc_mds")
 
 
 def training_step(model: DNC, optimizer: torch.optim.Optimizer, x: torch.Tensor) -> float:
@@ -103,7 +104,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     results = []
     for size in args.sizes.split(","):
-        for variant in VARIANTS:
+        for variant in MEASURED_VARIANTS:
             row = measure(size, variant, args.repeats)
             print(row, flush=True)
             results.append(row)
