@@ -13,16 +13,15 @@ thesis does not give, is the controller size as in Csordás's CTL code.
 
 ``compile_steps=True`` runs each time step through ``torch.compile``: the DNC's step is a few hundred
 small tensor operations, so at small sizes the eager step is dominated by per-operation overhead, which
-the compiled step fuses away (``benchmarks/bench_dnc_compile.py``: about 4-5x at the thesis's repeated
-copy size). The first call compiles (30-50 s per batch size on this CPU; cached on disk afterwards);
+the compiled step fuses away (``benchmarks/bench_dnc_compile.py``, idle: 2.8-3.6x at the thesis's
+repeated-copy size, nothing at the CTL classifier size). The first call compiles (9-17 s per size on an
+idle CPU, 30-50 s under load; cached on disk afterwards);
 outputs and gradients equal the eager ones up to float rounding. Traces (``return_trace=True``) always
 run eagerly.
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -67,13 +66,12 @@ class DNC(nn.Module):
             # step's, and compiling both would double the compiled graphs (each costs 30-50 s)
             hidden, cell, state, output, _ = self.step(inputs[:, 0], hidden, cell, state)
             outputs.append(output)
-            compiled = _compiled_step(self)
             with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
                 for t in range(1, n_steps):
                     # the compiled step recomputes the memory's cell statistics rather than taking the
                     # cached ones, whose reuse rests on tensor identity (``DNCMemoryState.memory_statistics``)
-                    hidden, cell, state, output = compiled(
-                        inputs[:, t], hidden, cell, state._replace(memory_statistics=None)
+                    hidden, cell, state, output = _compiled_step(
+                        self, inputs[:, t], hidden, cell, state._replace(memory_statistics=None)
                     )
                     outputs.append(output)
             return torch.stack(outputs, dim=1), None
@@ -105,23 +103,15 @@ class DNC(nn.Module):
 #: training and evaluation, in one process; past it torch silently runs the step eagerly)
 RECOMPILE_LIMIT = 64
 
-#: model -> its compiled time step (kept outside the module so that copying or pickling it is unaffected)
-_COMPILED_STEPS: weakref.WeakKeyDictionary[DNC, Callable[..., tuple]] = weakref.WeakKeyDictionary()
 
-
-def _compiled_step(model: DNC) -> Callable[..., tuple]:
-    """``torch.compile`` of ``model.step`` without traces, ``(x_t, hidden, cell, state) -> (hidden, cell,
-    state, output)``, made once per model."""
-    if model not in _COMPILED_STEPS:
-
-        def step(
-            x_t: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor, state: DNCMemoryState
-        ) -> tuple[torch.Tensor, torch.Tensor, DNCMemoryState, torch.Tensor]:
-            hidden, cell, state, output, _ = model.step(x_t, hidden, cell, state)
-            return hidden, cell, state, output
-
-        _COMPILED_STEPS[model] = torch.compile(step)
-    return _COMPILED_STEPS[model]
+@torch.compile
+def _compiled_step(
+    model: DNC, x_t: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor, state: DNCMemoryState
+) -> tuple[torch.Tensor, torch.Tensor, DNCMemoryState, torch.Tensor]:
+    """``model.step`` without traces, compiled once for every model: the model is an argument, so DNCs of
+    the same configuration and sizes share compiled graphs (torch treats their parameters as inputs)."""
+    hidden, cell, state, output, _ = model.step(x_t, hidden, cell, state)
+    return hidden, cell, state, output
 
 
 @dataclass
