@@ -116,3 +116,51 @@ def test_a_tiny_run_writes_the_report_results_and_figures(
     figures = [line[line.index("(") + 1 : -1] for line in text.splitlines() if line.startswith("![")]
     assert figures and all((out / name).is_file() for name in figures)
     assert (out / "links.png").is_file() == (reproduction is REPEAT_COPY)
+
+
+def test_runs_of_different_variants_into_one_directory_add_up(tmp_path: Path, capsys) -> None:
+    """Two reproductions of one variant each (as side by side on two cores), then one of both variants:
+    the last trains nothing, reads both runs back with their curves and weights, and reports both."""
+    out = tmp_path / "repeat-copy"
+    for variant in ["dnc", "dnc_ds"]:
+        run_scripted(REPEAT_COPY, out, seeds=1, overrides={**TINY, "variants": [variant]})
+    single = json.loads((out / "results.json").read_text())
+    lines = (out / "trials.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    capsys.readouterr()
+    report = run_scripted(REPEAT_COPY, out, seeds=1, overrides={**TINY, "variants": ["dnc", "dnc_ds"]})
+    log = capsys.readouterr().err
+    assert log.count("from ") == 2 and "final eval loss" not in log  # both read back, none trained
+    assert (out / "trials.jsonl").read_text().splitlines() == lines
+    both = json.loads((out / "results.json").read_text())
+    assert both["runs"]["dnc_ds"] == single["runs"]["dnc_ds"]  # same curves, same seconds
+    assert "| dnc |" in report.read_text() and "| dnc_ds |" in report.read_text()
+    # another training setting is another run: trained, and kept next to the others
+    run_scripted(REPEAT_COPY, out, seeds=1, overrides={**TINY, "variants": ["dnc"], "steps": 4})
+    assert len((out / "trials.jsonl").read_text().splitlines()) == 3
+    assert "final eval loss" in capsys.readouterr().err
+
+
+def test_a_stored_run_gives_back_the_trained_model(tmp_path: Path) -> None:
+    from recombine.experiments.dnc_memory import (
+        MemoryTrainConfig,
+        StoredTrials,
+        model_inputs,
+        small_dnc,
+        small_repeated_copy,
+        train_memory_task,
+    )
+
+    task, model = small_repeated_copy(), small_dnc("dnc_mds")
+    train = MemoryTrainConfig(steps=2, batch_size=2, eval_every=2, eval_size=2, optimizer="adam", lr=1e-2)
+    trained = train_memory_task(task, model, train)
+    store = StoredTrials(tmp_path)
+    assert store.load(task, model, train) is None
+    store.save(task, model, train, trained)
+    loaded = store.load(task, model, train)
+    assert loaded is not None and loaded.seconds == trained.seconds
+    np.testing.assert_array_equal(loaded.train_loss, trained.train_loss)
+    inputs = model_inputs(sample_batch(task, 3, np.random.default_rng(5)).inputs)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(inputs)[0], trained.model(inputs)[0], rtol=0, atol=0)
+    assert store.load(task, small_dnc("dnc"), train) is None  # another variant is not this run

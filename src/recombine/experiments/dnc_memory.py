@@ -33,6 +33,9 @@ figures; :mod:`recombine.experiments.scripted_reproduction`):
   associative recall, loss curves over seeds and the steps each seed needs to bring its smoothed
   training loss below a threshold (Fig. 2.2a: "masking improves convergence speed").
 
+Both keep every finished run in their output directory (:class:`StoredTrials`) and read it back when
+run again with the same settings: an interrupted run resumes, one-variant runs side by side add up.
+
 Both measure convergence speed by :func:`steps_to_threshold`: the first step after which the moving
 average of the training loss is below ``threshold_fraction`` times the chance loss (the loss of
 predicting 1/2 for every answer bit, :func:`chance_loss`); the thesis shows curves, not this number.
@@ -41,6 +44,7 @@ predicting 1/2 for every answer bit, :func:`chance_loss`); the thesis shows curv
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from collections.abc import Sequence
@@ -307,23 +311,94 @@ def train_variants(
     train: MemoryTrainConfig,
     variants: Sequence[str],
     seeds: Sequence[int],
+    out_dir: Path | None = None,
 ) -> dict[str, list[MemoryTrainResult]]:
-    """Train every variant with every seed, variant by variant; one progress line per finished run."""
+    """Train every variant with every seed, variant by variant; one progress line per finished run.
+
+    With ``out_dir``, every finished run is kept (:class:`StoredTrials`) and a run already kept under the
+    same settings is loaded instead of trained again: an interrupted reproduction resumes, and
+    reproductions of different variants or seeds into one directory (side by side on two cores) add up."""
+    store = StoredTrials(out_dir) if out_dir is not None else None
     results: dict[str, list[MemoryTrainResult]] = {}
     total, done = len(variants) * len(seeds), 0
     for variant in variants:
         results[variant] = []
         for seed in seeds:
-            started = time.perf_counter()
-            result = train_memory_task(
-                task, dataclasses.replace(model, variant=variant), dataclasses.replace(train, seed=seed)
-            )
+            variant_model = dataclasses.replace(model, variant=variant)
+            seed_train = dataclasses.replace(train, seed=seed)
+            stored = store.load(task, variant_model, seed_train) if store is not None else None
+            if stored is not None:
+                result, headline = stored, f"from {store.log.path}"  # type: ignore[union-attr]
+            else:
+                result = train_memory_task(task, variant_model, seed_train)
+                if store is not None:
+                    store.save(task, variant_model, seed_train, result)
+                headline = f"final eval loss {result.eval_loss[-1]:.3g}"
             results[variant].append(result)
             done += 1
-            seconds = time.perf_counter() - started
-            headline = f"final eval loss {result.eval_loss[-1]:.3g}"
-            trial_done(done, total, f"{variant} seed {seed}", seconds, headline, steps=train.steps)
+            trial_done(done, total, f"{variant} seed {seed}", result.seconds, headline, steps=train.steps)
     return results
+
+
+class StoredTrials:
+    """The finished runs of a DNC reproduction in ``out_dir``: ``trials.jsonl`` (one line per run,
+    :class:`~recombine.experiments.block_architecture_grid.TrialLog`) names a file under ``trials/``
+    with the trained weights and the curves. A run's key holds every task, model and training setting
+    but ``compile_steps`` and ``threads``, which change neither the model nor (beyond float rounding)
+    its curves."""
+
+    def __init__(self, out_dir: Path) -> None:
+        # not at the top: block_architecture_grid imports the experiments package
+        from recombine.experiments.block_architecture_grid import TRIALS_FILE, TrialLog
+
+        self.out_dir = out_dir
+        self.log = TrialLog(out_dir / TRIALS_FILE)
+
+    @staticmethod
+    def key(task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig) -> str:
+        from recombine.experiments.block_architecture_grid import trial_key
+
+        model_settings = dataclasses.asdict(model)
+        model_settings.pop("compile_steps")
+        train_settings = dataclasses.asdict(train)
+        train_settings.pop("threads")
+        task_settings = {"kind": type(task).__name__, **dataclasses.asdict(task)}
+        return trial_key({"task": task_settings, "model": model_settings, "train": train_settings})
+
+    def load(
+        self, task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig
+    ) -> MemoryTrainResult | None:
+        record = self.log.finished().get(self.key(task, model, train))
+        if record is None:
+            return None
+        stored = torch.load(self.out_dir / record["file"], weights_only=True)
+        dnc = build_sequence_dnc(task, model)
+        dnc.load_state_dict(stored["state_dict"])
+        dnc.eval()
+        curves = {name: stored[name].numpy() for name in _CURVES}
+        return MemoryTrainResult(model=dnc, seconds=float(record["seconds"]), **curves)
+
+    def save(
+        self,
+        task: MemoryTaskConfig,
+        model: DNCSequenceConfig,
+        train: MemoryTrainConfig,
+        result: MemoryTrainResult,
+    ) -> None:
+        key = self.key(task, model, train)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+        name = f"trials/{model.variant}-seed{train.seed}-{digest}.pt"
+        path = self.out_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stored = {"state_dict": result.model.state_dict()}
+        stored.update({curve: torch.from_numpy(getattr(result, curve)) for curve in _CURVES})
+        torch.save(stored, path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").replace(path)  # the file is complete before trials.jsonl names it
+        self.log.add(key, {"file": name, "seconds": result.seconds})
+
+
+#: the arrays of a MemoryTrainResult a stored trial keeps
+_CURVES = ("train_loss", "eval_steps", "eval_loss", "eval_bit_error", "eval_sequence_accuracy")
 
 
 @dataclass
@@ -591,7 +666,7 @@ def _run_reproduction(
     out.mkdir(parents=True, exist_ok=True)
     task = config.task()
     model, train = _model_and_train(config)
-    results = train_variants(task, model, train, config.variants, config.seeds)
+    results = train_variants(task, model, train, config.variants, config.seeds, out)
     comparison = VariantComparison(results, None, {}, None)
     stem = task_name.replace(" ", "_")
     comparison.loss_curve_figure = save_loss_curves(results, out / f"{stem}_loss.png", smooth=config.smooth)
