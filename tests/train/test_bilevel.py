@@ -3,6 +3,8 @@ gradient equals a per-task reference, and the inner loop identifies a task when 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -38,15 +40,19 @@ def _hyperteacher_batch(n_tasks: int = 3):
 
 @pytest.mark.parametrize("name", sorted(SMALL))
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
-def test_vectorised_inner_loop_equals_the_per_task_loop(name: str, optimizer: str) -> None:
+@pytest.mark.parametrize("update", ["auto", "foreach", "fused"])
+def test_vectorised_inner_loop_equals_the_per_task_loop(name: str, optimizer: str, update: str) -> None:
+    """Every update implementation of the vectorised loop against the per-task loop with the plain one
+    (``fused`` once gave wrong updates from the transposed gradients of ``grad``)."""
     torch.manual_seed(0)
     model = build_meta_learner(name, 4, 3, **SMALL[name]).double()
     batch = _hyperteacher_batch()
     sx, sy, _, _ = batch_tensors(batch, torch.float64)
-    config = BilevelConfig(inner_steps=5, inner_lr=0.05, inner_optimizer=optimizer)
+    config = BilevelConfig(inner_steps=5, inner_lr=0.05, inner_optimizer=optimizer, inner_update=update)
     init = batched_fast_init(model, len(batch))
     vectorised = inner_loop_vectorised(model, init, sx, sy, "kl", config)
-    reference = inner_loop_per_task(model, init, sx, sy, "kl", config)
+    reference_config = dataclasses.replace(config, inner_update="for_loop")
+    reference = inner_loop_per_task(model, init, sx, sy, "kl", reference_config)
     for k in reference:
         torch.testing.assert_close(vectorised[k], reference[k], rtol=1e-9, atol=1e-11)
         assert not torch.equal(vectorised[k], init[k])  # the loop did move every fast parameter
@@ -209,3 +215,17 @@ def test_vectorised_inner_loop_on_mse_equals_plain_sgd_per_task(name: str) -> No
         for k, v in fast.items():
             torch.testing.assert_close(adapted[k][t], v, rtol=1e-9, atol=1e-12)
             assert adapted[k].grad_fn is None and not adapted[k].requires_grad
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "names"),
+    [
+        ("inner_optimizer", "rmsprop", "adam, sgd"),
+        ("inner_update", "fast", "auto, for_loop, foreach, fused"),
+    ],
+)
+def test_unknown_inner_optimizer_or_update_is_one_clear_error(field: str, value: str, names: str) -> None:
+    from recombine.errors import UserError
+
+    with pytest.raises(UserError, match=f"unknown train.{field} '{value}'; valid choices: {names}"):
+        BilevelConfig(**{field: value})
