@@ -118,8 +118,10 @@ def test_a_tiny_run_writes_the_report_results_and_figures(
     assert (out / "links.png").is_file() == (reproduction is REPEAT_COPY)
 
 
-def test_runs_of_different_variants_into_one_directory_add_up(tmp_path: Path, capsys) -> None:
-    """Two reproductions of one variant each (as side by side on two cores), then one of both variants:
+def test_runs_of_different_variants_into_one_directory_add_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two reproductions of one variant each, one after the other, then one of both variants:
     the last trains nothing, reads both runs back with their curves and weights, and reports both."""
     out = tmp_path / "repeat-copy"
     for variant in ["dnc", "dnc_ds"]:
@@ -142,6 +144,8 @@ def test_runs_of_different_variants_into_one_directory_add_up(tmp_path: Path, ca
 
 
 def test_a_stored_run_gives_back_the_trained_model(tmp_path: Path) -> None:
+    import dataclasses
+
     from recombine.experiments.dnc_memory import (
         MemoryTrainConfig,
         StoredTrials,
@@ -163,4 +167,28 @@ def test_a_stored_run_gives_back_the_trained_model(tmp_path: Path) -> None:
     inputs = model_inputs(sample_batch(task, 3, np.random.default_rng(5)).inputs)
     with torch.no_grad():
         torch.testing.assert_close(loaded.model(inputs)[0], trained.model(inputs)[0], rtol=0, atol=0)
+    for name in ("eval_steps", "eval_loss", "eval_bit_error", "eval_sequence_accuracy"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(trained, name))
     assert store.load(task, small_dnc("dnc"), train) is None  # another variant is not this run
+    assert store.load(dataclasses.replace(task, width=task.width + 1), model, train) is None  # another task
+    # compiling and the thread count change only float rounding: the stored run stands for them too
+    compiled = dataclasses.replace(model, compile_steps=True)
+    assert store.load(task, compiled, dataclasses.replace(train, threads=2)) is not None
+
+
+def test_an_unreadable_stored_run_is_trained_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "repeat-copy"
+    overrides = {**TINY, "variants": ["dnc"]}
+    run_scripted(REPEAT_COPY, out, seeds=1, overrides=overrides)
+    (stored,) = (out / "trials").glob("*.pt")
+    first = json.loads((out / "results.json").read_text())["runs"]["dnc"][0]["train_loss"]
+    stored.write_bytes(stored.read_bytes()[:100])  # cut short, as by a full disk
+    (out / "experiment.done").unlink()
+    capsys.readouterr()
+    run_scripted(REPEAT_COPY, out, seeds=1, overrides=overrides)
+    log = capsys.readouterr().err
+    assert "cannot be read" in log and "final eval loss" in log  # said so, and trained again
+    assert json.loads((out / "results.json").read_text())["runs"]["dnc"][0]["train_loss"] == first
+    torch.load(stored, weights_only=True)  # written anew

@@ -34,7 +34,8 @@ figures; :mod:`recombine.experiments.scripted_reproduction`):
   training loss below a threshold (Fig. 2.2a: "masking improves convergence speed").
 
 Both keep every finished run in their output directory (:class:`StoredTrials`) and read it back when
-run again with the same settings: an interrupted run resumes, one-variant runs side by side add up.
+run again with the same settings: an interrupted run resumes, and one-variant runs add up (side by side
+in directories of their own, then merged).
 
 Both measure convergence speed by :func:`steps_to_threshold`: the first step after which the moving
 average of the training loss is below ``threshold_fraction`` times the chance loss (the loss of
@@ -46,6 +47,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
+import pickle
+import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -317,7 +322,7 @@ def train_variants(
 
     With ``out_dir``, every finished run is kept (:class:`StoredTrials`) and a run already kept under the
     same settings is loaded instead of trained again: an interrupted reproduction resumes, and
-    reproductions of different variants or seeds into one directory (side by side on two cores) add up."""
+    reproductions of different variants or seeds into one directory, one after the other, add up."""
     store = StoredTrials(out_dir) if out_dir is not None else None
     results: dict[str, list[MemoryTrainResult]] = {}
     total, done = len(variants) * len(seeds), 0
@@ -326,9 +331,8 @@ def train_variants(
         for seed in seeds:
             variant_model = dataclasses.replace(model, variant=variant)
             seed_train = dataclasses.replace(train, seed=seed)
-            stored = store.load(task, variant_model, seed_train) if store is not None else None
-            if stored is not None:
-                result, headline = stored, f"from {store.log.path}"  # type: ignore[union-attr]
+            if store is not None and (stored := store.load(task, variant_model, seed_train)) is not None:
+                result, headline = stored, f"stored run from {store.log.path}"
             else:
                 result = train_memory_task(task, variant_model, seed_train)
                 if store is not None:
@@ -343,9 +347,14 @@ def train_variants(
 class StoredTrials:
     """The finished runs of a DNC reproduction in ``out_dir``: ``trials.jsonl`` (one line per run,
     :class:`~recombine.experiments.block_architecture_grid.TrialLog`) names a file under ``trials/``
-    with the trained weights and the curves. A run's key holds every task, model and training setting
-    but ``compile_steps`` and ``threads``, which change neither the model nor (beyond float rounding)
-    its curves."""
+    with the trained weights and the curves.
+
+    A run's key holds :data:`STORE_VERSION` and every task, model and training setting but
+    ``compile_steps`` and ``threads``: those change neither the model nor the arithmetic, only its float
+    rounding, which a run near chance can amplify, so a run read back need not equal a fresh one to the
+    last digit. Its line records them, with the torch version. A stored file that is missing or cannot
+    be read is reported and the run trained again. One process per directory: runs side by side go into
+    directories of their own, merged afterwards (docs/models/dnc.md)."""
 
     def __init__(self, out_dir: Path) -> None:
         # not at the top: block_architecture_grid imports the experiments package
@@ -363,19 +372,27 @@ class StoredTrials:
         train_settings = dataclasses.asdict(train)
         train_settings.pop("threads")
         task_settings = {"kind": type(task).__name__, **dataclasses.asdict(task)}
-        return trial_key({"task": task_settings, "model": model_settings, "train": train_settings})
+        settings = {"task": task_settings, "model": model_settings, "train": train_settings}
+        return trial_key({"version": STORE_VERSION, **settings})
 
     def load(
         self, task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig
     ) -> MemoryTrainResult | None:
+        """The stored run of these settings, or None: none stored, or its file unreadable (said on stderr)."""
         record = self.log.finished().get(self.key(task, model, train))
         if record is None:
             return None
-        stored = torch.load(self.out_dir / record["file"], weights_only=True)
-        dnc = build_sequence_dnc(task, model)
-        dnc.load_state_dict(stored["state_dict"])
+        path = self.out_dir / record["file"]
+        try:
+            stored = torch.load(path, weights_only=True)
+            dnc = build_sequence_dnc(task, model)
+            dnc.load_state_dict(stored["state_dict"])
+            curves = {name: stored[name].numpy() for name in _CURVES}
+        except (OSError, EOFError, RuntimeError, KeyError, pickle.UnpicklingError) as error:
+            what = f"{model.variant} seed {train.seed}"
+            print(f"{path} cannot be read ({error}); training {what} again", file=sys.stderr, flush=True)
+            return None
         dnc.eval()
-        curves = {name: stored[name].numpy() for name in _CURVES}
         return MemoryTrainResult(model=dnc, seconds=float(record["seconds"]), **curves)
 
     def save(
@@ -392,10 +409,24 @@ class StoredTrials:
         path.parent.mkdir(parents=True, exist_ok=True)
         stored = {"state_dict": result.model.state_dict()}
         stored.update({curve: torch.from_numpy(getattr(result, curve)) for curve in _CURVES})
-        torch.save(stored, path.with_suffix(".tmp"))
-        path.with_suffix(".tmp").replace(path)  # the file is complete before trials.jsonl names it
-        self.log.add(key, {"file": name, "seconds": result.seconds})
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
+            torch.save(stored, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(f.name, path)  # the file is complete before trials.jsonl names it
+        record = {
+            "file": name,
+            "seconds": result.seconds,
+            "compile_steps": model.compile_steps,
+            "threads": train.threads,
+            "torch": torch.__version__,
+        }
+        self.log.add(key, record)
 
+
+#: part of every stored run's key: bump it when a change to the DNC, the tasks or the training loop
+#: changes what the same settings train, so that runs stored before are trained again
+STORE_VERSION = 1
 
 #: the arrays of a MemoryTrainResult a stored trial keeps
 _CURVES = ("train_loss", "eval_steps", "eval_loss", "eval_bit_error", "eval_sequence_accuracy")

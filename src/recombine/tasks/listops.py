@@ -33,7 +33,8 @@ than ``max_length`` is rejected as a whole, as are duplicates. Each split draws 
 distinct examples for every depth it contains (rejection sampling per depth). The tree depth of an example
 never exceeds the largest dependency depth of its split (5 for train), so deep *unselected* branches occur,
 but never deeper than the split's depths. Everything is vectorised over batches of examples with numpy
-(about 20 s for the 1M-example train set on a busy 2-core machine) and cached as flat arrays.
+(about 13 s for the 1M-example train set on one idle core; benchmarks/bench_listops_generation.py) and
+cached as flat arrays.
 
 Splits: ``train`` dependency depths 1-5 (``train_depths``; D.3.2 says "0-5 operations", but a ListOps
 example always has an operation at its root, and Tab. 5.4 says 1-5), ``valid_iid`` drawn from the same
@@ -87,7 +88,7 @@ _LEVEL_TRIES = 64  # redraws of one spine level before the example is dropped
 class ListOpsConfig:
     """ListOps with dependency-depth splits (thesis 5.2.3, D.3.2); defaults follow the thesis.
 
-    ``n_train`` defaults to the thesis's 1M (generated in ~20 s, then loaded from the cache in ~2 s)."""
+    ``n_train`` defaults to the thesis's 1M (generated in ~13 s, then loaded from the cache in ~1 s)."""
 
     train_depths: list[int] = field(default_factory=lambda: [1, 2, 3, 4, 5])
     valid_ood_depths: list[int] = field(default_factory=lambda: [6])
