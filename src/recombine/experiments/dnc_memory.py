@@ -47,10 +47,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import pickle
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,6 +70,7 @@ from recombine.probes.dnc_traces import (
     save_memory_trace,
     trace_arrays,
 )
+from recombine.runs.store import atomic_write_bytes
 from recombine.tasks.memory_tasks import (
     AssociativeRecallConfig,
     Curriculum,
@@ -409,11 +408,7 @@ class StoredTrials:
         path.parent.mkdir(parents=True, exist_ok=True)
         stored = {"state_dict": result.model.state_dict()}
         stored.update({curve: torch.from_numpy(getattr(result, curve)) for curve in _CURVES})
-        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as f:
-            torch.save(stored, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(f.name, path)  # the file is complete before trials.jsonl names it
+        atomic_write_bytes(path, lambda f: torch.save(stored, f))  # complete before trials.jsonl names it
         record = {
             "file": name,
             "seconds": result.seconds,

@@ -27,7 +27,9 @@ import yaml
 from recombine.errors import UserError
 
 
-def _atomic_write_bytes(path: Path, write: Any) -> None:
+def atomic_write_bytes(path: Path, write: Any) -> None:
+    """Call ``write(f)`` on a temporary file next to ``path``, fsync it and rename it to ``path``: a crash
+    never leaves a half-written ``path``."""
     with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as f:
         write(f)
         f.flush()
@@ -58,7 +60,7 @@ class RunDir:
     # -- config ----------------------------------------------------------------------------
     def write_config(self, config: dict[str, Any]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        _atomic_write_bytes(
+        atomic_write_bytes(
             self.config_path, lambda f: f.write(yaml.safe_dump(config, sort_keys=False).encode())
         )
 
@@ -90,11 +92,11 @@ class RunDir:
         """Keep only records up to ``max_step`` (what the checkpoint being resumed has seen)."""
         kept = [r for r in self.read_metrics() if r["step"] <= max_step]
         text = "".join(json.dumps(r) + "\n" for r in kept)
-        _atomic_write_bytes(self.metrics_path, lambda f: f.write(text.encode()))
+        atomic_write_bytes(self.metrics_path, lambda f: f.write(text.encode()))
 
     # -- checkpoints -----------------------------------------------------------------------
     def save_checkpoint(self, which: str, state: dict[str, Any]) -> None:
-        _atomic_write_bytes(self.checkpoint_path(which), lambda f: torch.save(state, f))
+        atomic_write_bytes(self.checkpoint_path(which), lambda f: torch.save(state, f))
 
     def has_checkpoint(self, which: str) -> bool:
         return self.checkpoint_path(which).is_file()
@@ -112,7 +114,7 @@ class RunDir:
 
     # -- result ----------------------------------------------------------------------------
     def write_result(self, result: dict[str, Any]) -> None:
-        _atomic_write_bytes(self.result_path, lambda f: f.write(json.dumps(result, indent=2).encode()))
+        atomic_write_bytes(self.result_path, lambda f: f.write(json.dumps(result, indent=2).encode()))
 
     def read_result(self) -> dict[str, Any] | None:
         if not self.result_path.is_file():
