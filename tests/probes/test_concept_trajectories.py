@@ -58,6 +58,23 @@ def test_learning_times_and_speed_on_a_hand_made_trace() -> None:
         concept_learning_times(trace, 0, 2, fraction=0.0)
 
 
+def test_settled_learning_times_ignore_early_crossings_that_fall_back() -> None:
+    times = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    # concept 0 crosses 1.0 at t=1, falls back at t=2 and stays from t=3; concept 1 is above from the start;
+    # a third output that crosses and falls back at the last record never settles
+    outputs = np.array([[0.0, 3.0], [1.5, 3.0], [0.2, 3.0], [1.1, 3.0], [2.0, 3.0]])[:, None, :]
+    trace = _hand_trace(outputs, times, np.array([[2.0, 4.0]]))
+    np.testing.assert_array_equal(concept_learning_times(trace, 0, 2, 0.5), [1.0, 0.0])
+    np.testing.assert_array_equal(concept_learning_times(trace, 0, 2, 0.5, settled=True), [3.0, 0.0])
+    fell_back = outputs.copy()
+    fell_back[-1, 0, 0] = 0.1
+    assert np.isnan(
+        concept_learning_times(
+            _hand_trace(fell_back, times, np.array([[2.0, 4.0]])), 0, 2, 0.5, settled=True
+        )[0]
+    )
+
+
 def test_linear_model_learns_concepts_in_order_of_signal_at_the_closed_form_times(tmp_path: Path) -> None:
     data = build_sim(
         SIMConfig(dim=4, mu=[1.0, 2.0], sigma=[0.05, 0.05], sigma_rest=0.05, n_per_cluster=100), 0

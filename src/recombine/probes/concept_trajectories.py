@@ -2,8 +2,9 @@
 
 Numbers:
 
-- :func:`concept_learning_times`: when the output at a probe first reaches a fraction of its target on
-  each concept axis ("concept signal determines the order of concept learning").
+- :func:`concept_learning_times`: when the output at a probe first reaches (or, ``settled``, reaches
+  for good) a fraction of its target on each concept axis ("concept signal determines the order of
+  concept learning").
 - :func:`largest_rebound`: how far a curve climbs back above its running minimum; 0 for a
   non-increasing curve, > 0 for a non-monotonic probe loss ("transient memorization").
 - :func:`output_speed`: ``||d f(p) / dt||`` between records, whose decay shows the terminal slow-down.
@@ -30,12 +31,15 @@ if TYPE_CHECKING:
 
 
 def concept_learning_times(
-    trace: DynamicsTrace, probe: int, n_concepts: int, fraction: float = 0.5
+    trace: DynamicsTrace, probe: int, n_concepts: int, fraction: float = 0.5, settled: bool = False
 ) -> np.ndarray:
     """``[n_concepts]``: the first recorded time at which ``f(probe)_p >= fraction * target_p``.
 
+    With ``settled=True``, the first recorded time from which it *stays* there up to the last record:
+    a noisy readout (samples of a generative model read by a classifier) can cross the threshold early
+    and fall back, and the first crossing then says little about when the concept was learnt.
     Only concepts with a positive target at the probe are timed (``nan`` for the others and for
-    concepts never reached)."""
+    concepts never reached, or with ``settled`` not there at the last record)."""
     if not 0.0 < fraction <= 1.0:
         raise UserError(f"fraction must be in (0, 1], got {fraction}")
     times = np.full(n_concepts, np.nan)
@@ -43,9 +47,14 @@ def concept_learning_times(
         target = trace.probe_targets[probe, p]
         if target <= 0:
             continue
-        reached = np.flatnonzero(trace.probe_outputs[:, probe, p] >= fraction * target)
-        if len(reached):
-            times[p] = trace.times[reached[0]]
+        above = trace.probe_outputs[:, probe, p] >= fraction * target
+        if settled:
+            below = np.flatnonzero(~above)
+            first = 0 if not len(below) else below[-1] + 1
+            if first < len(above):
+                times[p] = trace.times[first]
+        elif above.any():
+            times[p] = trace.times[np.argmax(above)]
     return times
 
 
