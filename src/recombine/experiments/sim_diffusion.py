@@ -257,6 +257,7 @@ def run_sim_diffusion(out_dir: str | Path, config: SIMDiffusionRunConfig | None 
             out / f"sim_diffusion_seed{run.seed}.png",
             result.test_probe,
             fraction=config.fraction,
+            settled=True,
             title=f"SIM diffusion, seed {run.seed}: mu = {np.round(result.signals, 2).tolist()}",
         )
     _save_seed_figure(result, out / "sim_diffusion_seeds.png")

@@ -115,14 +115,16 @@ def plot_probe_losses(ax: Axes, trace: DynamicsTrace, highlight: int | None = No
     ax.grid(alpha=0.3)
 
 
-def plot_learning_order(ax: Axes, times: np.ndarray, mu: Sequence[float], fraction: float) -> None:
+def plot_learning_order(
+    ax: Axes, times: np.ndarray, mu: Sequence[float], fraction: float, settled: bool = False
+) -> None:
     """Time to reach ``fraction`` of the target on each concept, against the concept's signal ``mu_p``."""
     ax.plot(mu, times, "o-")
     for p, (m, t) in enumerate(zip(mu, times, strict=True)):
         ax.annotate(f"concept {p}", (m, t), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_yscale("log")
     ax.set_xlabel("signal mu_p")
-    ax.set_ylabel(f"time to {fraction:.0%} of target")
+    ax.set_ylabel(f"time to {fraction:.0%} of target" + (" for good" if settled else ""))
     ax.set_title("learning order")
     ax.grid(alpha=0.3)
 
@@ -148,10 +150,12 @@ def save_dynamics_figure(
     concept_axes: tuple[int, int] = (0, 1),
     fraction: float = 0.5,
     title: str = "",
+    settled: bool = False,
 ) -> Path:
     """The four panels in one PNG: trajectories, losses, learning order, slow-down.
 
-    The trajectory panel shows the test probe and the probes inside the plane of ``concept_axes``."""
+    The trajectory panel shows the test probe and the probes inside the plane of ``concept_axes``; the
+    learning order uses :func:`concept_learning_times` with ``fraction`` and ``settled``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -164,8 +168,8 @@ def save_dynamics_figure(
     in_plane = [j for j in range(len(others)) if not others[j].any() and j != test_probe]
     plot_trajectories(axes[0, 0], trace, concept_axes, [*in_plane, test_probe], highlight=test_probe)
     plot_probe_losses(axes[0, 1], trace, highlight=test_probe)
-    times = concept_learning_times(trace, test_probe, len(mu), fraction)
-    plot_learning_order(axes[1, 0], times, mu, fraction)
+    times = concept_learning_times(trace, test_probe, len(mu), fraction, settled)
+    plot_learning_order(axes[1, 0], times, mu, fraction, settled)
     plot_terminal_slowdown(axes[1, 1], trace, test_probe)
     if title:
         fig.suptitle(title)
