@@ -61,7 +61,7 @@ def test_learning_times_and_speed_on_a_hand_made_trace() -> None:
 def test_settled_learning_times_ignore_early_crossings_that_fall_back() -> None:
     times = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
     # concept 0 crosses 1.0 at t=1, falls back at t=2 and stays from t=3; concept 1 is above from the start;
-    # a third output that crosses and falls back at the last record never settles
+    # the same trace with concept 0 falling back at the last record never settles
     outputs = np.array([[0.0, 3.0], [1.5, 3.0], [0.2, 3.0], [1.1, 3.0], [2.0, 3.0]])[:, None, :]
     trace = _hand_trace(outputs, times, np.array([[2.0, 4.0]]))
     np.testing.assert_array_equal(concept_learning_times(trace, 0, 2, 0.5), [1.0, 0.0])

@@ -64,19 +64,29 @@ from recombine.train.full_batch_dynamics import DynamicsTrace
 CLASSIFIER_SEED_OFFSET = 10_000
 #: a probe-loss rebound below this is read as monotonic (sampling noise of the concept readout)
 REBOUND_TOLERANCE = 0.005
+#: the test-probe path is read from the first checkpoint at which the samples of the training combinations
+#: read right at least this often on average: before it they are noise or blobs, whose readout jumps around
+FORMED_ACCURACY = 0.5
+#: a swing smaller than this (in concept units) has no direction worth reporting
+SWING_TOLERANCE = 0.1
 
 
 @dataclass
 class SIMDiffusionRunConfig:
     task: ConceptImageConfig = field(default_factory=lambda: ConceptImageConfig(n_per_combination=48))
-    model: ConceptDiffusionConfig = field(default_factory=ConceptDiffusionConfig)
+    # classifier-free guidance (the usual way text-conditioned diffusion models are trained and sampled):
+    # without it the held-out combination collapses onto a training combination (docs: sim-diffusion.md)
+    model: ConceptDiffusionConfig = field(
+        default_factory=lambda: ConceptDiffusionConfig(condition_dropout=0.1)
+    )
     classifier: ConceptClassifierConfig = field(default_factory=ConceptClassifierConfig)
     classifier_images_per_combination: int = 128
-    steps: int = 4000
+    steps: int = 8000
     lr: float = 2e-3
-    n_checkpoints: int = 20  # log-spaced, plus step 0
+    # log-spaced from step 1 (duplicates merged) plus step 0; at 8000 steps: 37 records, 8 from step 1500 on
+    n_checkpoints: int = 40
     samples_per_combination: int = 32
-    guidance: float = 0.0  # classifier-free guidance weight (needs model.condition_dropout > 0)
+    guidance: float = 2.0  # classifier-free guidance weight (needs model.condition_dropout > 0; 0 = none)
     loss_repeats: int = 4  # the recorded training loss averages this many fixed (t, noise) draws per image
     # a concept is "learnt" at a probe from when its readout reaches this share of the target for good
     fraction: float = 0.75
@@ -94,6 +104,11 @@ class SIMDiffusionRunConfig:
             )
         if not self.seeds:
             raise UserError("need at least one seed")
+        if self.guidance > 0 and self.model.condition_dropout <= 0:
+            raise UserError(
+                f"guidance={self.guidance} needs a null condition: set model.condition_dropout > 0 "
+                "(or guidance=0 to sample without guidance)"
+            )
 
 
 @dataclass
@@ -104,10 +119,11 @@ class SIMDiffusionSeedResult:
     classifier_accuracy: float  # on a fresh full-grid draw
     learning_times: np.ndarray  # [s] at the test probe
     in_distribution_times: np.ndarray  # [s] concept p at the single-concept probe e_p
-    test_probe_loss_rebound: float
+    formed_step: int | None  # first checkpoint whose training-combination samples read right (None: never)
+    test_probe_loss_rebound: float  # from formed_step on (nan if never formed)
     train_loss_rebound: float
-    swing: float  # largest distance of the test-probe path from the straight start-target line
-    swing_toward: str  # the training combination the test probe is closest to at its largest swing
+    swing: float  # from formed_step on: largest distance of the test-probe path from the centre-target line
+    swing_toward: str  # the training combination nearest the test probe at its largest swing ("-": none)
     samples: np.ndarray  # [R, P, k, 3, H, W] a few samples per checkpoint and combination, in [0, 1]
 
 
@@ -126,9 +142,12 @@ def checkpoint_steps(steps: int, n_checkpoints: int) -> np.ndarray:
     return np.unique(np.concatenate([[0], spaced, [steps]]))
 
 
-def path_swing(outputs: np.ndarray, target: np.ndarray) -> tuple[float, int]:
-    """The largest distance of ``outputs[r]`` from the segment ``outputs[0] -> target``, and its record."""
-    start = outputs[0]
+def path_swing(
+    outputs: np.ndarray, target: np.ndarray, origin: np.ndarray | None = None, from_record: int = 0
+) -> tuple[float, int]:
+    """The largest distance of ``outputs[r]``, ``r >= from_record``, from the segment ``origin -> target``
+    (``origin`` defaults to ``outputs[0]``), and its record ``r`` (an index into ``outputs``)."""
+    start = outputs[0] if origin is None else np.asarray(origin, dtype=np.float64)
     direction = target - start
     length = float(np.linalg.norm(direction))
     if length == 0:
@@ -136,8 +155,34 @@ def path_swing(outputs: np.ndarray, target: np.ndarray) -> tuple[float, int]:
     else:
         along = np.clip((outputs - start) @ direction / length**2, 0.0, 1.0)
         distances = np.linalg.norm(outputs - (start + along[:, None] * direction), axis=1)
-    record = int(np.argmax(distances))
+    record = from_record + int(np.argmax(distances[from_record:]))
     return float(distances[record]), record
+
+
+def first_formed_record(
+    accuracy: np.ndarray, training: list[int], threshold: float = FORMED_ACCURACY
+) -> int | None:
+    """The first record from which the mean sample accuracy over the ``training`` combinations (columns of
+    ``accuracy`` ``[R, P]``) stays at or above ``threshold`` to the last record; ``None`` if it is below
+    there. "Stays", like the settled learning times: one early good checkpoint of blobs does not count."""
+    below = np.flatnonzero(accuracy[:, training].mean(1) < threshold)
+    first = 0 if not len(below) else int(below[-1]) + 1
+    return first if first < len(accuracy) else None
+
+
+def held_out_probe_swing(
+    outputs: np.ndarray, targets: np.ndarray, test: int, training: list[int], formed: int
+) -> tuple[float, int, int | None]:
+    """The test probe's swing from record ``formed`` on: its largest distance from the straight route from
+    the centre of concept space (1/2 per concept, where noise reads) to its target, the record of that
+    distance, and the training combination nearest to the output there (``None`` for a swing below
+    ``SWING_TOLERANCE``, which has no direction). ``outputs`` is ``[R, P, s]``, ``targets`` ``[P, s]``."""
+    centre = np.full(targets.shape[1], 0.5)
+    swing, record = path_swing(outputs[:, test], targets[test], origin=centre, from_record=formed)
+    if swing < SWING_TOLERANCE:
+        return swing, record, None
+    nearest = min(training, key=lambda j: float(np.linalg.norm(outputs[record, test] - targets[j])))
+    return swing, record, nearest
 
 
 def run_sim_diffusion_seed(config: SIMDiffusionRunConfig, seed: int) -> SIMDiffusionSeedResult:
@@ -213,9 +258,14 @@ def run_sim_diffusion_seed(config: SIMDiffusionRunConfig, seed: int) -> SIMDiffu
     in_distribution = np.array(
         [concept_learning_times(trace, single[p], s, config.fraction, settled=True)[p] for p in range(s)]
     )
-    swing, record = path_swing(probe_outputs[:, test], targets[test])
-    training = data.training_combinations
-    nearest = min(training, key=lambda j: np.linalg.norm(probe_outputs[record, test] - targets[j]))
+    training = list(data.training_combinations)
+    formed = first_formed_record(np.array(accuracy), training)
+    if formed is None:
+        swing, swing_toward, rebound = float("nan"), "-", float("nan")
+    else:
+        swing, _, nearest = held_out_probe_swing(probe_outputs, targets, test, training, formed)
+        swing_toward = "-" if nearest is None else data.probe_names[nearest]
+        rebound = largest_rebound(trace.probe_loss[formed:, test])
     return SIMDiffusionSeedResult(
         seed=seed,
         trace=trace,
@@ -223,10 +273,11 @@ def run_sim_diffusion_seed(config: SIMDiffusionRunConfig, seed: int) -> SIMDiffu
         classifier_accuracy=classifier_accuracy,
         learning_times=concept_learning_times(trace, test, s, config.fraction, settled=True),
         in_distribution_times=in_distribution,
-        test_probe_loss_rebound=largest_rebound(trace.probe_loss[:, test]),
+        formed_step=None if formed is None else int(recorded[formed]),
+        test_probe_loss_rebound=rebound,
         train_loss_rebound=largest_rebound(trace.train_loss),
         swing=swing,
-        swing_toward=data.probe_names[nearest],
+        swing_toward=swing_toward,
         samples=np.stack(kept),
     )
 
@@ -298,6 +349,7 @@ def _recorded_loss(
 def _summary(result: SIMDiffusionResult) -> dict[str, object]:
     runs = result.seeds
     order = np.argsort(-result.signals)  # strongest signal first
+    strongest = _single_name(int(order[0]), len(result.signals))
     learnt_in_order = [
         bool(np.all(np.isfinite(r.learning_times)) and np.all(np.diff(r.learning_times[order]) >= 0))
         for r in runs
@@ -309,15 +361,23 @@ def _summary(result: SIMDiffusionResult) -> dict[str, object]:
         "seeds_non_monotonic_test_probe_loss": int(
             sum(r.test_probe_loss_rebound > REBOUND_TOLERANCE for r in runs)
         ),
-        "seeds_swing_toward_strongest_single_concept": int(
-            sum(r.swing_toward == _single_name(int(order[0]), len(result.signals)) for r in runs)
+        "seeds_swing_toward_strongest_single_concept": int(sum(r.swing_toward == strongest for r in runs)),
+        "seeds_swing_toward_another_combination": int(
+            sum(r.swing_toward not in (strongest, "-") for r in runs)
         ),
         "final_accuracy_mean": dict(zip(result.probe_names, final_accuracy.mean(0).tolist(), strict=True)),
         "final_accuracy_std": dict(zip(result.probe_names, final_accuracy.std(0).tolist(), strict=True)),
-        "test_probe_loss_rebound_mean": float(np.mean([r.test_probe_loss_rebound for r in runs])),
+        "seeds_formed": int(sum(r.formed_step is not None for r in runs)),
+        "test_probe_loss_rebound_mean": _formed_mean([r.test_probe_loss_rebound for r in runs]),
         "train_loss_rebound_mean": float(np.mean([r.train_loss_rebound for r in runs])),
-        "swing_mean": float(np.mean([r.swing for r in runs])),
+        "swing_mean": _formed_mean([r.swing for r in runs]),
     }
+
+
+def _formed_mean(values: list[float]) -> float:
+    """Mean over the seeds whose samples formed (the others are nan); nan if none did."""
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("nan")
 
 
 def _single_name(p: int, s: int) -> str:
@@ -334,6 +394,7 @@ def _results_json(result: SIMDiffusionResult) -> dict[str, object]:
             {
                 "seed": r.seed,
                 "classifier_accuracy": r.classifier_accuracy,
+                "formed_step": r.formed_step,
                 "learning_times": r.learning_times.tolist(),
                 "in_distribution_times": r.in_distribution_times.tolist(),
                 "test_probe_loss_rebound": r.test_probe_loss_rebound,
@@ -376,21 +437,26 @@ def _report(result: SIMDiffusionResult) -> str:
         f"A concept counts as learnt at a probe from the checkpoint on which its classifier readout reaches "
         f"{config.fraction:.0%} of the target and stays there to the end (early samples are blobs whose "
         f"readout jumps around, so a first crossing says little); times are step x lr. "
-        f"Probe loss = (1/2)||mean readout - target||^2.",
+        f"Probe loss = (1/2)||mean readout - target||^2. The test-probe path (its rebound and swing) is read "
+        f"from the checkpoint ('images from') after which the samples of the training combinations read "
+        f"right at least {FORMED_ACCURACY:.0%} of the time on average; the swing is the largest distance "
+        f"from the straight route from the centre of concept space (noise) to the target, and a swing below "
+        f"{SWING_TOLERANCE} concept units has no direction.",
         "",
         "| seed | classifier acc | learning time at "
         + test
-        + " per concept | in-distribution times | "
+        + " per concept | in-distribution times | images from (step) | "
         + test
         + " loss rebound | train loss rebound | swing (toward) | final acc "
         + " / ".join(names)
         + " |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result.seeds:
         lines.append(
             f"| {r.seed} | {r.classifier_accuracy:.3f} | {_times(r.learning_times)} | "
-            f"{_times(r.in_distribution_times)} | {r.test_probe_loss_rebound:.4f} | "
+            f"{_times(r.in_distribution_times)} | {'never' if r.formed_step is None else r.formed_step} | "
+            f"{r.test_probe_loss_rebound:.4f} | "
             f"{r.train_loss_rebound:.4f} | "
             f"{r.swing:.3f} ({r.swing_toward}) | {' / '.join(f'{a:.2f}' for a in r.probe_accuracy[-1])} |"
         )
@@ -402,12 +468,14 @@ def _report(result: SIMDiffusionResult) -> str:
         f"- learning order at the test probe {test} follows mu_p ({strongest} first): "
         f"{summary['seeds_learning_order_follows_mu']} of {n} seeds",
         f"- non-monotonic test-probe loss (rebound > {REBOUND_TOLERANCE}): "
-        f"{summary['seeds_non_monotonic_test_probe_loss']} of {n} seeds "
+        f"{summary['seeds_non_monotonic_test_probe_loss']} of {n} seeds ({summary['seeds_formed']} formed) "
         f"(mean rebound {summary['test_probe_loss_rebound_mean']:.4f}; training-loss rebound "
         f"{summary['train_loss_rebound_mean']:.4f})",
-        f"- the test-probe path swings toward the strongest single-concept combination: "
-        f"{summary['seeds_swing_toward_strongest_single_concept']} of {n} seeds "
-        f"(mean swing {summary['swing_mean']:.3f} in concept units)",
+        f"- the test-probe path swings (by >= {SWING_TOLERANCE}) toward the strongest single-concept "
+        f"combination: {summary['seeds_swing_toward_strongest_single_concept']} of {n} seeds; toward another "
+        f"training combination: {summary['seeds_swing_toward_another_combination']} (mean swing "
+        f"{summary['swing_mean']:.3f} in concept units; samples formed in {summary['seeds_formed']} of {n} "
+        f"seeds)",
         "- final accuracy per combination (mean ± std over seeds): "
         + ", ".join(
             f"{name} {summary['final_accuracy_mean'][name]:.2f} ± {summary['final_accuracy_std'][name]:.2f}"

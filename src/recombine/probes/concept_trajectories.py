@@ -118,7 +118,8 @@ def plot_probe_losses(ax: Axes, trace: DynamicsTrace, highlight: int | None = No
 def plot_learning_order(
     ax: Axes, times: np.ndarray, mu: Sequence[float], fraction: float, settled: bool = False
 ) -> None:
-    """Time to reach ``fraction`` of the target on each concept, against the concept's signal ``mu_p``."""
+    """Time to reach ``fraction`` of the target on each concept (``settled``: for good), against the
+    concept's signal ``mu_p``."""
     ax.plot(mu, times, "o-")
     for p, (m, t) in enumerate(zip(mu, times, strict=True)):
         ax.annotate(f"concept {p}", (m, t), textcoords="offset points", xytext=(4, 4), fontsize=8)
