@@ -507,8 +507,18 @@ def _save_seed_figure(result: SIMDiffusionResult, path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(16, 5))
     for r in result.seeds:
         t = np.maximum(r.trace.times, r.trace.times[1] / 2)
-        path_line = axes[0].plot(*r.trace.probe_outputs[:, test, :2].T, "-o", ms=3, label=f"seed {r.seed}")[0]
-        axes[0].plot(*r.trace.probe_outputs[0, test, :2], "s", color=path_line.get_color())
+        # the held-out path: bold from the checkpoint on which samples are images, faint before (noise, blobs)
+        formed = (
+            len(r.trace.steps)
+            if r.formed_step is None
+            else int(np.searchsorted(r.trace.steps, r.formed_step))
+        )
+        outputs = r.trace.probe_outputs[:, test, :2]
+        path_line = axes[0].plot(*outputs[formed:].T, "-o", ms=3, lw=2, label=f"seed {r.seed}")[0]
+        axes[0].plot(*outputs[: formed + 1].T, "-", color=path_line.get_color(), lw=0.5, alpha=0.3)
+        axes[0].plot(*outputs[0], "s", color=path_line.get_color())
+        if formed < len(outputs):
+            axes[0].plot(*outputs[formed], "D", color=path_line.get_color())
         axes[1].plot(
             t, r.trace.probe_loss[:, test], color=path_line.get_color(), label=f"{names[test]}, seed {r.seed}"
         )
@@ -527,7 +537,7 @@ def _save_seed_figure(result: SIMDiffusionResult, path: Path) -> None:
     axes[0].set(
         xlabel=f"P({concepts[0]} = 1)",
         ylabel=f"P({concepts[1]} = 1)",
-        title=f"mean readout of {names[test]} samples (square = step 0)",
+        title=f"mean readout of {names[test]} (square: step 0, diamond: images from)",
     )
     axes[1].set(
         xscale="log",
