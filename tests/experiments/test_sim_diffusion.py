@@ -19,6 +19,7 @@ from recombine.experiments.sim_diffusion import (
     checkpoint_steps,
     first_formed_record,
     held_out_probe_swing,
+    learning_order,
     path_swing,
 )
 from recombine.models.concept_diffusion import ConceptDiffusionConfig
@@ -95,6 +96,16 @@ def test_the_held_out_probe_swing_counts_a_detour_reached_before_the_samples_for
     straight[:, 3] = [[0.5, 0.5], [0.7, 0.72], [1.0, 1.0]]
     swing, _, nearest = held_out_probe_swing(straight, targets, 3, [0, 1, 2], formed=0)
     assert swing < 0.1 and nearest is None
+
+
+def test_learning_order_against_the_signals() -> None:
+    signals = np.array([4.8, 3.5])  # concept 0 stronger
+    assert learning_order(np.array([2.0, 5.0]), signals) == "follows"
+    assert learning_order(np.array([2.0, np.nan]), signals) == "follows"  # the weaker one never learnt
+    assert learning_order(np.array([5.0, 2.0]), signals) == "reversed"
+    assert learning_order(np.array([2.0, 2.0]), signals) == "tied"
+    assert learning_order(np.array([np.nan, 2.0]), signals) == "none"
+    assert learning_order(np.array([5.0, 2.0]), signals[::-1]) == "follows"  # concept 1 stronger
 
 
 def test_guidance_without_a_null_condition_is_a_user_error() -> None:

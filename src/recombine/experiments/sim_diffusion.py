@@ -350,14 +350,13 @@ def _summary(result: SIMDiffusionResult) -> dict[str, object]:
     runs = result.seeds
     order = np.argsort(-result.signals)  # strongest signal first
     strongest = _single_name(int(order[0]), len(result.signals))
-    learnt_in_order = [
-        bool(np.all(np.isfinite(r.learning_times)) and np.all(np.diff(r.learning_times[order]) >= 0))
-        for r in runs
-    ]
+    orders = [learning_order(r.learning_times, result.signals) for r in runs]
     final_accuracy = np.array([r.probe_accuracy[-1] for r in runs])  # [seeds, P]
     return {
         "signals_mu": result.signals.tolist(),
-        "seeds_learning_order_follows_mu": int(sum(learnt_in_order)),
+        "seeds_learning_order_follows_mu": orders.count("follows"),
+        "seeds_learning_order_tied": orders.count("tied"),
+        "seeds_learning_order_reversed": orders.count("reversed"),
         "seeds_non_monotonic_test_probe_loss": int(
             sum(r.test_probe_loss_rebound > REBOUND_TOLERANCE for r in runs)
         ),
@@ -372,6 +371,20 @@ def _summary(result: SIMDiffusionResult) -> dict[str, object]:
         "train_loss_rebound_mean": float(np.mean([r.train_loss_rebound for r in runs])),
         "swing_mean": _formed_mean([r.swing for r in runs]),
     }
+
+
+def learning_order(times: np.ndarray, signals: np.ndarray) -> str:
+    """How the settling times at a probe order the concepts against their signals ``mu_p``: ``"follows"``
+    (strictly earlier for every stronger concept; a concept never learnt counts as last), ``"tied"`` (the
+    same checkpoint for two of them, otherwise in order), ``"reversed"`` (a weaker concept first) or
+    ``"none"`` (the strongest concept never learnt)."""
+    ordered = np.where(np.isfinite(times), times, np.inf)[np.argsort(-np.asarray(signals))]
+    if not np.isfinite(ordered[0]):
+        return "none"
+    steps = np.diff(ordered[np.isfinite(ordered)])
+    if np.any(steps < 0):
+        return "reversed"
+    return "tied" if np.any(steps == 0) else "follows"
 
 
 def _formed_mean(values: list[float]) -> float:
@@ -466,7 +479,9 @@ def _report(result: SIMDiffusionResult) -> str:
         "## Summary",
         "",
         f"- learning order at the test probe {test} follows mu_p ({strongest} first): "
-        f"{summary['seeds_learning_order_follows_mu']} of {n} seeds",
+        f"{summary['seeds_learning_order_follows_mu']} of {n} seeds (a concept never learnt counts as last; "
+        f"tied: {summary['seeds_learning_order_tied']}, "
+        f"reversed: {summary['seeds_learning_order_reversed']})",
         f"- non-monotonic test-probe loss (rebound > {REBOUND_TOLERANCE}): "
         f"{summary['seeds_non_monotonic_test_probe_loss']} of {n} seeds ({summary['seeds_formed']} formed) "
         f"(mean rebound {summary['test_probe_loss_rebound_mean']:.4f}; training-loss rebound "
