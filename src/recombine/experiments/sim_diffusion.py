@@ -54,6 +54,7 @@ from recombine.probes.concept_classifier import (
 )
 from recombine.probes.concept_trajectories import (
     concept_learning_times,
+    first_record_staying,
     largest_rebound,
     save_dynamics_figure,
 )
@@ -64,8 +65,8 @@ from recombine.train.full_batch_dynamics import DynamicsTrace
 CLASSIFIER_SEED_OFFSET = 10_000
 #: a probe-loss rebound below this is read as monotonic (sampling noise of the concept readout)
 REBOUND_TOLERANCE = 0.005
-#: the test-probe path is read from the first checkpoint at which the samples of the training combinations
-#: read right at least this often on average: before it they are noise or blobs, whose readout jumps around
+#: the test-probe path is read from the checkpoint from which the samples of the training combinations read
+#: right at least this often on average: before it they are noise or blobs, whose readout jumps around
 FORMED_ACCURACY = 0.5
 #: a swing smaller than this (in concept units) has no direction worth reporting
 SWING_TOLERANCE = 0.1
@@ -119,7 +120,7 @@ class SIMDiffusionSeedResult:
     classifier_accuracy: float  # on a fresh full-grid draw
     learning_times: np.ndarray  # [s] at the test probe
     in_distribution_times: np.ndarray  # [s] concept p at the single-concept probe e_p
-    formed_step: int | None  # first checkpoint whose training-combination samples read right (None: never)
+    formed_step: int | None  # checkpoint from which training-combination samples read right (None: never)
     test_probe_loss_rebound: float  # from formed_step on (nan if never formed)
     train_loss_rebound: float
     swing: float  # from formed_step on: largest distance of the test-probe path from the centre-target line
@@ -165,9 +166,7 @@ def first_formed_record(
     """The first record from which the mean sample accuracy over the ``training`` combinations (columns of
     ``accuracy`` ``[R, P]``) stays at or above ``threshold`` to the last record; ``None`` if it is below
     there. "Stays", like the settled learning times: one early good checkpoint of blobs does not count."""
-    below = np.flatnonzero(accuracy[:, training].mean(1) < threshold)
-    first = 0 if not len(below) else int(below[-1]) + 1
-    return first if first < len(accuracy) else None
+    return first_record_staying(accuracy[:, training].mean(1) >= threshold)
 
 
 def held_out_probe_swing(

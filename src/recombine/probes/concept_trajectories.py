@@ -30,6 +30,14 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 
+def first_record_staying(holds: np.ndarray) -> int | None:
+    """The first index from which the boolean series ``holds`` is true up to its last entry; ``None`` if
+    its last entry is false."""
+    false = np.flatnonzero(~np.asarray(holds, dtype=bool))
+    first = 0 if not len(false) else int(false[-1]) + 1
+    return first if first < len(holds) else None
+
+
 def concept_learning_times(
     trace: DynamicsTrace, probe: int, n_concepts: int, fraction: float = 0.5, settled: bool = False
 ) -> np.ndarray:
@@ -49,9 +57,8 @@ def concept_learning_times(
             continue
         above = trace.probe_outputs[:, probe, p] >= fraction * target
         if settled:
-            below = np.flatnonzero(~above)
-            first = 0 if not len(below) else below[-1] + 1
-            if first < len(above):
+            first = first_record_staying(above)
+            if first is not None:
                 times[p] = trace.times[first]
         elif above.any():
             times[p] = trace.times[np.argmax(above)]
