@@ -47,6 +47,12 @@ BAD_INPUTS = [
     (["reproduce", "ndr-ctll"], "unknown reproduction 'ndr-ctll'; valid choices: ndr-ctl"),
     (["reproduce", "ndr-ctl", "--seeds", "0"], "--seeds must be >= 1"),
     (
+        ["reproduce", "ndr-ctl", "--columns", "backwards"],
+        "unknown column 'backwards' for ndr-ctl; valid choices: backward",
+    ),
+    (["reproduce", "ndr-ctl", "--models", "NRD"], "unknown model label 'NRD' for ndr-ctl; valid choices"),
+    (["reproduce", "hnet-goals", "--columns", "A"], "--models and --columns pick cells of grid"),
+    (
         ["reproduce", "selection", "source=/no/such/grid"],
         "selection.source '/no/such/grid' is not a directory",
     ),

@@ -106,6 +106,11 @@ def _output_dir(args: argparse.Namespace, prefix: str, name: str) -> Path:
     return Path("runs") / (prefix + name + ("-quick" if args.quick else ""))
 
 
+def _comma_list(text: str | None) -> list[str] | None:
+    """``--models a,b`` / ``--columns A,R`` as a list (None when the option is absent)."""
+    return [item.strip() for item in text.split(",")] if text else None
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from recombine import experiments, run_config
     from recombine.experiments.reproduction import run_grid
@@ -124,8 +129,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     _check_seeds(args.seeds)
     out = _output_dir(args, "reproduce-", args.name)
     if isinstance(reproduction, ScriptedReproduction):
-        if args.models:
-            raise UserError(f"--models picks rows of grid reproductions; {args.name} takes overrides instead")
+        if args.models or args.columns:
+            raise UserError(
+                f"--models and --columns pick cells of grid reproductions; "
+                f"{args.name} takes overrides instead"
+            )
         report = run_scripted(
             reproduction,
             out,
@@ -145,8 +153,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         seeds=args.seeds if args.seeds is not None else reproduction.seeds,
         quick=args.quick,
         jobs=args.jobs,
-        labels=[label.strip() for label in args.models.split(",")] if args.models else None,
+        labels=_comma_list(args.models),
         on_event=_print_event,
+        columns=_comma_list(args.columns),
     )
     print(render_reproduction(out))
     print(f"report: {out / 'report.md'}, data: {out / 'results.json'}")
@@ -188,8 +197,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         seeds=seeds,
         quick=args.quick,
         executor=executor,
-        labels=[label.strip() for label in args.models.split(",")] if args.models else None,
+        labels=_comma_list(args.models),
         on_event=_print_event,
+        columns=_comma_list(args.columns),
     )
     print(render_reproduction(out, html=True))
     print(f"report: {out / 'report.md'}, {out / 'report.html'}, data: {out / 'results.json'}")
@@ -203,10 +213,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def _sweep_scripted(recipe: Any, args: argparse.Namespace) -> int:
     """A recipe naming a scripted reproduction: its experiment runs in this process."""
-    if args.executor != "local" or args.models:
+    if args.executor != "local" or args.models or args.columns:
         raise UserError(
             f"{recipe.name} runs the scripted experiment {recipe.reproduction.name} in this process; "
-            "--executor ray and --models apply to grid recipes"
+            "--executor ray, --models and --columns apply to grid recipes"
         )
     _check_seeds(args.seeds)
     out = _output_dir(args, "sweep-", recipe.name)
@@ -371,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--out", help="output directory (default runs/reproduce-NAME)")
     reproduce.add_argument("--jobs", type=int, default=1, help="runs in parallel (each on one thread)")
     reproduce.add_argument("--models", help="comma-separated row labels to run (default: all rows)")
+    reproduce.add_argument("--columns", help="comma-separated column names to run (default: all columns)")
     reproduce.set_defaults(handler=cmd_reproduce)
 
     inspect = commands.add_parser(
@@ -488,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seeds", type=int, help="seeds 1..N (default: the recipe's)")
     sweep.add_argument("--quick", action="store_true", help="the recipe's quick_train settings")
     sweep.add_argument("--models", help="comma-separated row labels to run (default: all rows)")
+    sweep.add_argument("--columns", help="comma-separated column names to run (default: all columns)")
     sweep.set_defaults(handler=cmd_sweep)
 
     runs = commands.add_parser("runs", help="list and filter the runs under a directory")

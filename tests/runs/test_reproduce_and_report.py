@@ -51,6 +51,23 @@ def test_grid_report_and_rerun(tiny_reproduction: ndr_ctl.Reproduction, tmp_path
     assert events == ["8 of 8 runs already complete; training 0"]
 
 
+def test_columns_and_rows_pick_cells_and_later_cells_join_the_report(
+    tiny_reproduction: ndr_ctl.Reproduction, tmp_path: Path
+) -> None:
+    entries = run_grid(
+        tiny_reproduction, tmp_path, seeds=1, quick=False, labels=["LSTM"], columns=["backward"]
+    )
+    assert [(e["variant"], e["column"], e["seed"]) for e in entries] == [("LSTM", "backward", 1)]
+    _, results = collect(tmp_path)
+    assert "ood" in results["table"]["LSTM"]["backward"] and "ood" not in results["table"]["LSTM"]["forward"]
+
+    run_grid(tiny_reproduction, tmp_path, seeds=1, quick=False, labels=["LSTM"], columns=["forward"])
+    _, results = collect(tmp_path)
+    assert results["table"]["LSTM"]["forward"]["ood"]["n"] == 1
+    assert results["table"]["LSTM"]["backward"]["ood"]["n"] == 1  # the earlier column stays in the report
+    assert results["missing_runs"] == []
+
+
 @pytest.mark.parametrize("name", sorted(n for n, r in REPRODUCTIONS.items() if isinstance(r, Reproduction)))
 def test_every_cell_of_every_reproduction_is_a_valid_run_config(name: str) -> None:
     from recombine import run_config

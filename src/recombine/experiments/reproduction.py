@@ -139,11 +139,25 @@ class Reproduction:
             return tuple(v for v in self.variants if v.label in self.quick_variants)
         return self.variants
 
+    def select_columns(self, names: list[str] | None) -> tuple[str, ...]:
+        """The columns to run: ``names`` if given (in the reproduction's order), else all."""
+        if not names:
+            return tuple(self.columns)
+        known = list(self.columns)
+        for name in names:
+            if name not in known:
+                raise UserError(f"unknown column {name!r} for {self.name}; {choices_hint(name, known)}")
+        return tuple(column for column in known if column in names)
+
     def cells(
-        self, seeds: int, variants: tuple[Variant, ...] | None = None
+        self,
+        seeds: int,
+        variants: tuple[Variant, ...] | None = None,
+        columns: tuple[str, ...] | None = None,
     ) -> list[tuple[Variant, str, int]]:
         chosen = self.variants if variants is None else variants
-        return [(v, c, s) for v in chosen for c in self.columns for s in range(1, seeds + 1)]
+        chosen_columns = tuple(self.columns) if columns is None else columns
+        return [(v, c, s) for v in chosen for c in chosen_columns for s in range(1, seeds + 1)]
 
 
 def _merged_manifest(
@@ -186,15 +200,17 @@ def run_trials(
     executor: Executor | None = None,
     labels: list[str] | None = None,
     on_event: Callable[[str], None] = lambda message: None,
+    columns: list[str] | None = None,
 ) -> GridRun:
     """Write the manifest, then run every trial not yet complete on ``executor`` (default: one
-    local worker). Failed trials are recorded in their run directories, never raised."""
+    local worker), for the rows ``labels`` and the columns ``columns`` (default: all). Failed trials
+    are recorded in their run directories, never raised."""
     executor = executor or LocalExecutor(1)
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     entries = []
     variants = reproduction.select_variants(labels, quick)
-    for variant, column, seed in reproduction.cells(seeds, variants):
+    for variant, column, seed in reproduction.cells(seeds, variants, reproduction.select_columns(columns)):
         name = reproduction.run_name(variant, column, seed)
         entries.append(
             {
@@ -229,6 +245,8 @@ def run_grid(
     jobs: int = 1,
     labels: list[str] | None = None,
     on_event: Callable[[str], None] = lambda message: None,
+    columns: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """``recombine reproduce``: :func:`run_trials` on ``jobs`` local workers; the manifest entries."""
-    return run_trials(reproduction, out, seeds, quick, LocalExecutor(max(1, jobs)), labels, on_event).entries
+    executor = LocalExecutor(max(1, jobs))
+    return run_trials(reproduction, out, seeds, quick, executor, labels, on_event, columns).entries
