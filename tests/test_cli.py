@@ -62,6 +62,7 @@ BAD_INPUTS = [
         "must name a grid reproduction; 'hnet-goals' is scripted",
     ),
     (["report", "/nonexistent/dir"], "does not exist"),
+    (["archive", "/nonexistent/dir", "archived"], "is not a reproduction or sweep directory"),
     (["frobnicate"], "invalid choice"),
 ]
 

@@ -177,6 +177,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_archive(args: argparse.Namespace) -> int:
+    from recombine.runs.archive import archive_grid
+    from recombine.runs.report import render_reproduction
+
+    n_runs = archive_grid(Path(args.path), Path(args.dest))
+    print(render_reproduction(Path(args.dest)))
+    print(f"archived {n_runs} runs' records (no checkpoints, no TensorBoard events) in {args.dest}")
+    return 0
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from recombine.experiments.executors import make_executor
     from recombine.experiments.recipe import load_sweep_recipe
@@ -487,6 +497,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write PATH/index.html and PATH/index.md over every reproduction and sweep directory under PATH",
     )
+
+    archive = commands.add_parser(
+        "archive",
+        help="copy a reproduction or sweep directory without checkpoints or events; report from the copy",
+    )
+    archive.add_argument("path", help="a reproduction or sweep directory")
+    archive.add_argument("dest", help="where the archive goes (e.g. docs/reproductions/results/NAME)")
+    archive.set_defaults(handler=cmd_archive)
 
     sweep = commands.add_parser(
         "sweep", help="run a grid recipe (models x settings x seeds) locally or on Ray, then report"

@@ -4,13 +4,16 @@ equal to the per-run results, paper numbers beside them."""
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from recombine.errors import UserError
 from recombine.experiments import REPRODUCTIONS, ndr_ctl
 from recombine.experiments.reproduction import Reproduction, Variant, run_grid
+from recombine.runs.archive import archive_grid
 from recombine.runs.report import collect, render
 
 TINY_TASK = {"n_train": 300, "n_valid_iid": 40, "n_valid_ood": 40, "n_test_ood": 40}
@@ -66,6 +69,29 @@ def test_columns_and_rows_pick_cells_and_later_cells_join_the_report(
     assert results["table"]["LSTM"]["forward"]["ood"]["n"] == 1
     assert results["table"]["LSTM"]["backward"]["ood"]["n"] == 1  # the earlier column stays in the report
     assert results["missing_runs"] == []
+
+
+def test_archive_keeps_the_report_and_counts_as_finished_work(
+    tiny_reproduction: ndr_ctl.Reproduction, tmp_path: Path
+) -> None:
+    grid, archived = tmp_path / "grid", tmp_path / "archive"
+    run_grid(tiny_reproduction, grid, seeds=1, quick=False, labels=["LSTM"], columns=["forward"])
+    assert archive_grid(grid, archived) == 1
+    assert not list(archived.rglob("*.pt")) and not list(archived.rglob("events"))
+    assert collect(archived)[1]["table"] == collect(grid)[1]["table"]
+    assert render(archived) == render(grid)
+
+    restored = tmp_path / "restored"
+    shutil.copytree(archived, restored)
+    events: list[str] = []
+    run_grid(tiny_reproduction, restored, seeds=1, quick=False, labels=["LSTM"], on_event=events.append)
+    assert events[0] == "1 of 2 runs already complete; training 1"  # only the new column trains
+    assert collect(restored)[1]["table"]["LSTM"]["forward"] == collect(grid)[1]["table"]["LSTM"]["forward"]
+
+    with pytest.raises(UserError, match="must lie outside"):
+        archive_grid(grid, grid / "archive")
+    with pytest.raises(UserError, match="no manifest.json"):
+        archive_grid(tmp_path, tmp_path / "elsewhere")
 
 
 @pytest.mark.parametrize("name", sorted(n for n, r in REPRODUCTIONS.items() if isinstance(r, Reproduction)))

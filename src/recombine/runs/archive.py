@@ -1,0 +1,48 @@
+"""Archive a reproduction or sweep directory: its records, without checkpoints or TensorBoard events.
+
+A grid directory (``recombine reproduce`` / ``recombine sweep``) holds, per run, two checkpoints
+(``last.pt``, ``best.pt``, megabytes each) and TensorBoard events beside the small records the report is
+built from. :func:`archive_grid` copies only the records:
+
+    DEST/manifest.json              the grid and its recipe
+    DEST/runs/RUN/config.yaml       the resolved config
+    DEST/runs/RUN/metrics.jsonl     every logged and evaluated step
+    DEST/runs/RUN/result.json       status and selected accuracies
+    DEST/runs/RUN/failure.json      (failed runs only) why
+
+so ``recombine report DEST`` renders the same table and curves, and the archive is small enough to keep
+in version control. Copied back into a grid directory it counts as finished work: ``recombine reproduce``
+skips its runs (their ``result.json`` says completed) and adds new cells beside them. Extending an
+archived run to more steps needs its ``last.pt``, which the archive does not keep.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from recombine.errors import UserError
+
+#: the files of a run directory that reports are built from
+RECORD_FILES = ("config.yaml", "metrics.jsonl", "result.json", "failure.json")
+
+
+def archive_grid(source: Path, dest: Path) -> int:
+    """Copy ``source``'s manifest and its runs' records into ``dest``; returns the number of runs."""
+    manifest_path = source / "manifest.json"
+    if not manifest_path.is_file():
+        raise UserError(f"{source} is not a reproduction or sweep directory (no manifest.json)")
+    source, dest = source.resolve(), dest.resolve()
+    if dest == source or source in dest.parents:
+        raise UserError(f"the archive {dest} must lie outside {source}")
+    manifest = json.loads(manifest_path.read_text())
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(manifest_path, dest / "manifest.json")
+    for entry in manifest["runs"]:
+        run, target = source / entry["run"], dest / entry["run"]
+        target.mkdir(parents=True, exist_ok=True)
+        for name in RECORD_FILES:
+            if (run / name).is_file():
+                shutil.copyfile(run / name, target / name)
+    return len(manifest["runs"])
