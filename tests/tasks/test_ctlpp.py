@@ -240,6 +240,17 @@ def test_all_single_applications_in_train() -> None:
         }
 
 
+def test_without_single_applications_train_starts_at_length_2() -> None:
+    for variant in ("A", "R"):
+        with_singles = build_ctlpp(small_config(variant), seed=1)
+        without = build_ctlpp(small_config(variant, single_applications=False), seed=1)
+        lengths = {len(functions) for _, functions in problems(without, "train")}
+        assert min(lengths) == 2 and max(lengths) == 4  # small_config: max_length 4
+        assert len(without.splits["train"].targets) == len(with_singles.splits["train"].targets)
+        for split in ("valid_ood", "test_ood"):  # the OOD splits do not depend on the training set
+            assert problems(without, split) == problems(with_singles, split)
+
+
 @pytest.mark.parametrize("variant", ["A", "R"])
 def test_exhaustive_pairs_match_brute_force_a_r(variant: str) -> None:
     # 4 symbols, groups of 4: 4 * 8 * 4 = 128 pairs in either graph; max_length=2 leaves only pairs

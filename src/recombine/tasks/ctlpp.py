@@ -81,6 +81,9 @@ class CTLPPConfig:
     max_length: int = 6  # E.1.2: at most 6 composed functions
     shared_functions: int = 8  # 'S' only: |G_o|, the y-axis of Fig. 6.4
     shared_symbols: int = 4  # 'S' only: |S_a^f ∩ S_b^f| for every f in G_o, the x-axis of Fig. 6.4
+    # 'A' and 'R': every single application is in train (E.1.2's text); false: train on lengths 2 to
+    # max_length only, as the authors' released code builds it (docs/tasks/ctlpp.md)
+    single_applications: bool = True
     n_train: int = 300000  # E.1.2
     n_test_iid: int = 1000
     n_valid_ood: int = 1000
@@ -319,7 +322,7 @@ def _validate(config: CTLPPConfig) -> None:
     if config.variant in ("A", "R"):
         if config.n_functions < 2:
             raise UserError(f"task.n_functions must be >= 2 for variant {config.variant} (G_a and G_b)")
-        n_single = config.n_symbols * config.n_functions
+        n_single = config.n_symbols * config.n_functions if config.single_applications else 0
         if config.n_train <= n_single:
             raise UserError(
                 f"task.n_train={config.n_train} must exceed the {n_single} single applications that train "
@@ -390,7 +393,7 @@ def _generate(config: CTLPPConfig, seed: int) -> TaskData:
 
     train, test_iid = _builder(table, config), _builder(table, config)
     n_single = 0
-    if config.variant in ("A", "R"):  # 6.2: every single application is in train
+    if config.variant in ("A", "R") and config.single_applications:  # 6.2: every single application in train
         n_single = n_symbols * n_functions
         starts, funcs = np.divmod(np.arange(n_single, dtype=np.int64), n_functions)
         train.add(starts, funcs[:, None])
