@@ -88,10 +88,38 @@ def test_archive_keeps_the_report_and_counts_as_finished_work(
     assert events[0] == "1 of 2 runs already complete; training 1"  # only the new column trains
     assert collect(restored)[1]["table"]["LSTM"]["forward"] == collect(grid)[1]["table"]["LSTM"]["forward"]
 
-    with pytest.raises(UserError, match="must lie outside"):
+    longer = replace(tiny_reproduction, train={**tiny_reproduction.train, "steps": 40})
+    with pytest.raises(UserError, match="has no last.pt"):  # an archived run is not silently retrained
+        run_grid(longer, restored, seeds=1, quick=False, labels=["LSTM"], columns=["forward"])
+    assert collect(restored)[1]["table"]["LSTM"]["forward"]["ood"]["n"] == 1
+
+    # archiving again over an older archive leaves no stale records behind
+    (grid / "runs" / "LSTM--forward--seed1" / "result.json").unlink()
+    archive_grid(grid, archived)
+    assert collect(archived)[1]["missing_runs"] == ["runs/LSTM--forward--seed1"]
+
+    with pytest.raises(UserError, match="must not contain one another"):
         archive_grid(grid, grid / "archive")
+    with pytest.raises(UserError, match="must not contain one another"):
+        archive_grid(grid, tmp_path)
+    with pytest.raises(UserError, match="not an archive"):
+        archive_grid(archived, grid)  # a live grid directory is never overwritten
     with pytest.raises(UserError, match="no manifest.json"):
         archive_grid(tmp_path, tmp_path / "elsewhere")
+
+
+def test_a_changed_row_config_is_not_mixed_into_finished_runs(
+    tiny_reproduction: ndr_ctl.Reproduction, tmp_path: Path
+) -> None:
+    run_grid(tiny_reproduction, tmp_path, seeds=1, quick=False, labels=["LSTM"], columns=["forward"])
+    changed = replace(
+        tiny_reproduction,
+        variants=(Variant("NDR", "ndr", TINY_MODEL), Variant("LSTM", "lstm", {"d_model": 12})),
+    )
+    with pytest.raises(UserError, match="another config"):
+        run_grid(changed, tmp_path, seeds=1, quick=False, labels=["LSTM"], columns=["forward"])
+    lstm_row = next(line for line in render(tmp_path).splitlines() if line.startswith("| LSTM |"))
+    assert "not run" in lstm_row  # LSTM on the backward column was never asked for
 
 
 @pytest.mark.parametrize("name", sorted(n for n, r in REPRODUCTIONS.items() if isinstance(r, Reproduction)))

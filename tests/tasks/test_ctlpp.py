@@ -246,6 +246,7 @@ def test_without_single_applications_train_starts_at_length_2() -> None:
         without = build_ctlpp(small_config(variant, single_applications=False), seed=1)
         lengths = {len(functions) for _, functions in problems(without, "train")}
         assert min(lengths) == 2 and max(lengths) == 4  # small_config: max_length 4
+        assert without.metadata["train_lengths"] == [2, 3, 4]
         assert len(without.splits["train"].targets) == len(with_singles.splits["train"].targets)
         for split in ("valid_ood", "test_ood"):  # the OOD splits do not depend on the training set
             assert problems(without, split) == problems(with_singles, split)

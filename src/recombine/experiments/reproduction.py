@@ -20,7 +20,7 @@ from typing import Any
 
 from recombine.errors import UserError, choices_hint
 from recombine.experiments.executors import Executor, LocalExecutor
-from recombine.experiments.trial import TrialOutcome, TrialSpec, is_done, run_trial
+from recombine.experiments.trial import TrialOutcome, TrialSpec, is_done, run_trial, steps_done
 
 
 @dataclass(frozen=True)
@@ -175,8 +175,20 @@ def _merged_manifest(
             raise UserError(f"{path.parent} holds {mode} runs; use another --out to mix scales")
         runs = {entry["run"]: entry for entry in previous["runs"]}
         seeds = max(seeds, previous["seeds"])
+    for entry in entries:
+        recorded = runs.get(entry["run"])
+        if recorded is not None and _without_steps(recorded["config"]) != _without_steps(entry["config"]):
+            raise UserError(
+                f"{path.parent / entry['run']} was trained with another config than this grid's; "
+                "use another --out (or rename the row) to keep both"
+            )
     runs.update({entry["run"]: entry for entry in entries})
     return {"reproduction": name, "quick": quick, "seeds": seeds, "runs": list(runs.values())}
+
+
+def _without_steps(config: dict[str, Any]) -> dict[str, Any]:
+    """A run config minus ``train.steps``, which may grow (finished runs are then extended)."""
+    return {**config, "train": {k: v for k, v in config.get("train", {}).items() if k != "steps"}}
 
 
 @dataclass(frozen=True)
@@ -228,6 +240,12 @@ def run_trials(
     threads = 1 if executor.workers > 1 else 0  # parallel trials: one thread each
     specs = [TrialSpec(str(out), e["run"], e["config"], threads) for e in entries]
     todo = [spec for spec in specs if not is_done(spec)]
+    for spec in todo:  # an archived run (no checkpoint) cannot be extended, and must not restart
+        if steps_done(spec.run_path) > 0 and not (spec.run_path / "last.pt").is_file():
+            raise UserError(
+                f"{spec.run_path} is finished at {steps_done(spec.run_path)} steps but has no last.pt "
+                f"(an archive?), so it cannot be extended to {spec.steps}; use another --out"
+            )
     on_event(f"{len(entries) - len(todo)} of {len(entries)} runs already complete; training {len(todo)}")
     outcomes = []
     for outcome in executor.run(todo, run_trial):

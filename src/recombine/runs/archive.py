@@ -34,9 +34,12 @@ def archive_grid(source: Path, dest: Path) -> int:
     if not manifest_path.is_file():
         raise UserError(f"{source} is not a reproduction or sweep directory (no manifest.json)")
     source, dest = source.resolve(), dest.resolve()
-    if dest == source or source in dest.parents:
-        raise UserError(f"the archive {dest} must lie outside {source}")
+    if dest == source or source in dest.parents or dest in source.parents:
+        raise UserError(f"the archive {dest} and the grid {source} must not contain one another")
     manifest = json.loads(manifest_path.read_text())
+    if (dest / "manifest.json").is_file():
+        _check_replaceable(dest, manifest["reproduction"])
+        shutil.rmtree(dest / "runs", ignore_errors=True)  # no stale records of an older archive
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(manifest_path, dest / "manifest.json")
     for entry in manifest["runs"]:
@@ -46,3 +49,12 @@ def archive_grid(source: Path, dest: Path) -> int:
             if (run / name).is_file():
                 shutil.copyfile(run / name, target / name)
     return len(manifest["runs"])
+
+
+def _check_replaceable(dest: Path, reproduction: str) -> None:
+    """``dest`` may be overwritten only if it is an older archive of the same reproduction."""
+    previous = json.loads((dest / "manifest.json").read_text())["reproduction"]
+    if previous != reproduction:
+        raise UserError(f"{dest} holds reproduction {previous!r}, not {reproduction!r}; archive elsewhere")
+    if next(dest.rglob("*.pt"), None) is not None:
+        raise UserError(f"{dest} is a grid directory with checkpoints, not an archive; archive elsewhere")

@@ -112,14 +112,14 @@ def _table(
     for column in columns:
         header += [f"{column} {reproduction.iid_split} (ours)"]
     header += ["s / run"]  # mean wall time of one cell (one column, one seed)
-    in_grid = {entry["variant"] for entry in manifest["runs"]}
+    in_grid = {(entry["variant"], entry["column"]) for entry in manifest["runs"]}
     rows = []
     for variant in reproduction.variants:
         row = [variant.label]
         times: list[float] = []
         for column in columns:
             cell = results["table"][variant.label][column]
-            text = _fmt(cell.get("ood")) if variant.label in in_grid else "not run"
+            text = _fmt(cell.get("ood")) if (variant.label, column) in in_grid else "not run"
             if cell["failed_runs"]:
                 n_failed = len(cell["failed_runs"])
                 text = f"failed ({n_failed})" if text == "–" else f"{text}, {n_failed} failed"
