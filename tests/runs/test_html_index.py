@@ -58,6 +58,8 @@ def tree(tmp_path: Path) -> Path:
 @requires_results
 def test_index_lists_every_result_directory_with_its_headline_table(tree: Path) -> None:
     copies = sorted(p.name for p in RESULTS.iterdir() if (p / "report.md").is_file())
+    # archived grids (with runs/) are dated by their run records; date a report-only copy by its results.json
+    copies.sort(key=lambda name: (RESULTS / name / "manifest.json").is_file())
     assert copies, "no reproduction results to test against"
     stamp = datetime(2026, 1, 2, 3, 4, tzinfo=UTC).timestamp()
     os.utime(tree / "papers" / copies[0] / "results.json", (stamp, stamp))
@@ -69,7 +71,7 @@ def test_index_lists_every_result_directory_with_its_headline_table(tree: Path) 
 
     markdown = render_index(tree)
 
-    names = [f"papers/{name}" for name in copies] + ["sweeps/toy"]
+    names = [f"papers/{name}" for name in sorted(copies)] + ["sweeps/toy"]
     assert [p.relative_to(tree).as_posix() for p in find_result_dirs(tree)] == sorted(names)
     entries = {name: read_entry(tree / name, tree) for name in names}
     assert entries[f"papers/{copies[0]}"].date == "2026-01-02 03:04 UTC"
