@@ -21,6 +21,7 @@ from typing import Any
 from recombine.errors import UserError, choices_hint
 from recombine.experiments.executors import Executor, LocalExecutor
 from recombine.experiments.trial import TrialOutcome, TrialSpec, is_done, run_trial, steps_done
+from recombine.runs.store import RunDir
 
 
 @dataclass(frozen=True)
@@ -241,9 +242,10 @@ def run_trials(
     specs = [TrialSpec(str(out), e["run"], e["config"], threads) for e in entries]
     todo = [spec for spec in specs if not is_done(spec)]
     for spec in todo:  # an archived run (no checkpoint) cannot be extended, and must not restart
-        if steps_done(spec.run_path) > 0 and not (spec.run_path / "last.pt").is_file():
+        finished_at = steps_done(spec.run_path)
+        if finished_at > 0 and not RunDir(spec.run_path).has_checkpoint("last"):
             raise UserError(
-                f"{spec.run_path} is finished at {steps_done(spec.run_path)} steps but has no last.pt "
+                f"{spec.run_path} is finished at {finished_at} steps but has no last.pt "
                 f"(an archive?), so it cannot be extended to {spec.steps}; use another --out"
             )
     on_event(f"{len(entries) - len(todo)} of {len(entries)} runs already complete; training {len(todo)}")

@@ -23,9 +23,14 @@ import shutil
 from pathlib import Path
 
 from recombine.errors import UserError
+from recombine.runs.store import RunDir
+from recombine.runs.trial_record import FAILURE_FILE
 
-#: the files of a run directory that reports are built from
-RECORD_FILES = ("config.yaml", "metrics.jsonl", "result.json", "failure.json")
+
+def record_files(run: Path) -> list[Path]:
+    """The files of run directory ``run`` that reports are built from (the run store's own names)."""
+    store = RunDir(run)
+    return [store.config_path, store.metrics_path, store.result_path, run / FAILURE_FILE]
 
 
 def archive_grid(source: Path, dest: Path) -> int:
@@ -45,9 +50,9 @@ def archive_grid(source: Path, dest: Path) -> int:
     for entry in manifest["runs"]:
         run, target = source / entry["run"], dest / entry["run"]
         target.mkdir(parents=True, exist_ok=True)
-        for name in RECORD_FILES:
-            if (run / name).is_file():
-                shutil.copyfile(run / name, target / name)
+        for record in record_files(run):
+            if record.is_file():
+                shutil.copyfile(record, target / record.name)
     return len(manifest["runs"])
 
 
