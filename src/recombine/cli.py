@@ -182,8 +182,9 @@ def cmd_archive(args: argparse.Namespace) -> int:
     from recombine.runs.report import render_reproduction
 
     n_runs = archive_grid(Path(args.path), Path(args.dest))
-    print(render_reproduction(Path(args.dest)))
+    print(render_reproduction(Path(args.dest), html=True))
     print(f"archived {n_runs} runs' records (no checkpoints, no TensorBoard events) in {args.dest}")
+    print(f"report: {Path(args.dest) / 'report.md'}, {Path(args.dest) / 'report.html'}")
     return 0
 
 

@@ -108,6 +108,44 @@ def test_archive_keeps_the_report_and_counts_as_finished_work(
         archive_grid(tmp_path, tmp_path / "elsewhere")
 
 
+def test_an_archive_keeps_a_failed_runs_log_and_an_html_report(
+    tiny_reproduction: ndr_ctl.Reproduction, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from recombine.cli import main
+
+    broken = replace(
+        tiny_reproduction,
+        variants=(*tiny_reproduction.variants, Variant("Broken", "lstm", {"d_model": -4})),
+    )
+    grid, archived = tmp_path / "grid", tmp_path / "archive"
+    run_grid(broken, grid, seeds=1, quick=False, labels=["LSTM", "Broken"], columns=["forward"])
+    assert main(["archive", str(grid), str(archived)]) == 0
+    assert "Failed runs (1" in capsys.readouterr().out
+    failed, finished = (
+        archived / "runs" / "Broken--forward--seed1",
+        archived / "runs" / "LSTM--forward--seed1",
+    )
+    assert (failed / "failure.json").is_file()
+    assert (failed / "train.log").read_bytes() == (
+        grid / "runs" / "Broken--forward--seed1" / "train.log"
+    ).read_bytes()
+    assert not (finished / "train.log").exists()  # a finished run's log is not a record
+    assert "Broken" in (archived / "report.html").read_text()
+
+
+def test_runs_of_a_row_a_later_recipe_dropped_stay_named_in_the_report(
+    tiny_reproduction: ndr_ctl.Reproduction, tmp_path: Path
+) -> None:
+    run_grid(tiny_reproduction, tmp_path, seeds=1, quick=False, labels=["LSTM"], columns=["forward"])
+    assert collect(tmp_path)[1]["runs_outside_recipe"] == []
+    ndr_only = replace(tiny_reproduction, variants=tiny_reproduction.variants[:1])
+    run_grid(ndr_only, tmp_path, seeds=1, quick=False, columns=["forward"])
+    markdown = render(tmp_path)
+    assert "| LSTM |" not in markdown  # the table follows the latest recipe ...
+    assert collect(tmp_path)[1]["runs_outside_recipe"] == ["runs/LSTM--forward--seed1"]
+    assert "does not define (1;" in markdown and "runs/LSTM--forward--seed1" in markdown  # ... and says so
+
+
 def test_a_changed_row_config_is_not_mixed_into_finished_runs(
     tiny_reproduction: ndr_ctl.Reproduction, tmp_path: Path
 ) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from recombine.runs.store import RunDir
-from recombine.runs.trial_record import clear_failure, clear_pid, write_failure, write_pid
+from recombine.runs.trial_record import TRAIN_LOG, clear_failure, clear_pid, write_failure, write_pid
 
 TAIL_LINES = 20
 
@@ -96,7 +96,7 @@ def run_trial(spec: TrialSpec) -> TrialOutcome:
     run_path = spec.run_path
     run_path.mkdir(parents=True, exist_ok=True)
     clear_failure(run_path)  # this attempt's outcome replaces the last one's
-    log_path = run_path / "train.log"
+    log_path = run_path / TRAIN_LOG
     started = time.perf_counter()
     with log_path.open("ab") as log:
         offset = log.tell()

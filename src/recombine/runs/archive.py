@@ -9,6 +9,7 @@ built from. :func:`archive_grid` copies only the records:
     DEST/runs/RUN/metrics.jsonl     every logged and evaluated step
     DEST/runs/RUN/result.json       status and selected accuracies
     DEST/runs/RUN/failure.json      (failed runs only) why
+    DEST/runs/RUN/train.log         (failed runs only) the trial's output, which the report points to
 
 so ``recombine report DEST`` renders the same table and curves, and the archive is small enough to keep
 in version control. Copied back into a grid directory it counts as finished work: ``recombine reproduce``
@@ -24,13 +25,15 @@ from pathlib import Path
 
 from recombine.errors import UserError
 from recombine.runs.store import RunDir
-from recombine.runs.trial_record import FAILURE_FILE
+from recombine.runs.trial_record import FAILURE_FILE, TRAIN_LOG
 
 
 def record_files(run: Path) -> list[Path]:
-    """The files of run directory ``run`` that reports are built from (the run store's own names)."""
+    """The files of run directory ``run`` that reports are built from (the run store's own names),
+    and a failed run's log, which its report line points to."""
     store = RunDir(run)
-    return [store.config_path, store.metrics_path, store.result_path, run / FAILURE_FILE]
+    records = [store.config_path, store.metrics_path, store.result_path, run / FAILURE_FILE]
+    return records + [run / TRAIN_LOG] if (run / FAILURE_FILE).is_file() else records
 
 
 def archive_grid(source: Path, dest: Path) -> int:

@@ -82,6 +82,12 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
                     runs=cell["runs"],
                 )
             table.setdefault(variant.label, {})[column] = entry
+    labels = {variant.label for variant in reproduction.variants}
+    outside = [  # runs of a row or column that the grid's latest recipe no longer defines
+        entry["run"]
+        for entry in manifest["runs"]
+        if entry["variant"] not in labels or entry["column"] not in reproduction.columns
+    ]
     results = {
         "reproduction": reproduction.name,
         "source": reproduction.source,
@@ -92,6 +98,7 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         "table": table,
         "missing_runs": missing,
         "failed_runs": failed,
+        "runs_outside_recipe": outside,
         "environment": {
             "torch": torch.__version__,
             "python": platform.python_version(),
@@ -173,6 +180,9 @@ def render_reproduction(out: Path, html: bool = False) -> str:
         lines += [f"- {run}: {reason}" for run, reason in failed.items()]
     if unfinished:
         lines += ["", f"Missing or unfinished runs ({len(unfinished)}): " + ", ".join(unfinished)]
+    outside = _outside_recipe_note(results["runs_outside_recipe"])
+    if outside:
+        lines += ["", outside]
     figure = learning_curves(
         out, manifest, reproduction.report_split, out / "curves.png", list(reproduction.columns)
     )
@@ -190,7 +200,7 @@ def render_reproduction(out: Path, html: bool = False) -> str:
     elif html:
         page = render_html(
             title=title,
-            paragraphs=[intro, *notes],
+            paragraphs=[intro, *notes, *([outside] if outside else [])],
             header=header,
             rows=rows,
             failed=failed,
@@ -201,6 +211,17 @@ def render_reproduction(out: Path, html: bool = False) -> str:
         )
         (out / "report.html").write_text(page)
     return markdown
+
+
+def _outside_recipe_note(runs: list[str]) -> str:
+    """A line naming the runs the table leaves out because the latest recipe lacks their row or
+    column (e.g. a sweep re-run with a recipe that dropped a row); empty if there are none."""
+    if not runs:
+        return ""
+    return (
+        f"Runs of rows or columns this grid's latest recipe does not define ({len(runs)}; not in the table, "
+        "re-run with a recipe that has them to report them): " + ", ".join(runs)
+    )
 
 
 def _paper(number: dict[str, float] | None) -> str:

@@ -30,6 +30,7 @@ from recombine.runs.store import RunDir
 STATUSES = ("finished", "failed", "running", "interrupted")
 FAILURE_FILE = "failure.json"
 PID_FILE = "trial.pid"
+TRAIN_LOG = "train.log"
 
 
 def write_failure(run_path: Path, failure: dict[str, Any]) -> None:
