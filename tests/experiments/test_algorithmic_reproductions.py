@@ -22,7 +22,8 @@ from recombine.experiments.ndr_listops import NDR_LISTOPS
 from recombine.experiments.recipe import reproduction_from_recipe
 from recombine.experiments.reproduction import PaperNumber, Reproduction
 from recombine.runs.heatmap import grid
-from recombine.runs.report import render
+from recombine.runs.report import collect, render
+from recombine.runs.row_axis import along_axis
 
 NEW = [NDR_DEPTH, NDR_ARITHMETIC, NDR_LISTOPS, CTLPP_AR, CTLPP_S]
 
@@ -150,7 +151,7 @@ def _fake_run(out: Path, run: str, ood: float, iid: float) -> None:
     """A finished run directory as the trainer leaves it (result.json and two evaluations)."""
     path = out / run
     path.mkdir(parents=True)
-    splits = {"test_iid": iid, "valid_ood": ood, "test_ood": ood}
+    splits = {"test_iid": iid, "valid_iid": iid, "valid_ood": ood, "test_ood": ood}
     result = {
         "status": "completed",
         "selection_split": "valid_ood",
@@ -215,3 +216,45 @@ def test_heatmap_report_from_stored_runs(tmp_path: Path) -> None:
     assert "<table>" in page and "data:image/png;base64," in page
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["table"][other]["fn8-sym3"]["paper"] == {"mean": 0.5, "std": 0.1, "success_rate": 0.2}
+
+
+def test_depth_ablation_report_plots_accuracy_against_the_layer_count(tmp_path: Path) -> None:
+    """ndr-depth's rows are an ablation over n_layers: the report's rows.png follows the stored runs
+    in layer order, the paper's numbers beside them, and the HTML page embeds it with the curves."""
+    labels = ["L14", "L6", "L10"]  # out of order on purpose; L10 forward not run
+    accuracy = {"L14": (1.0, 0.9), "L6": (0.2, 0.1), "L10": (0.7, 0.5)}
+    runs = []
+    for label in labels:
+        for column in ("forward", "backward"):
+            for seed in (1, 2):
+                run = f"runs/{label}--{column}--seed{seed}"
+                runs.append({"variant": label, "column": column, "seed": seed, "run": run, "config": {}})
+                if not (label == "L10" and column == "forward"):
+                    _fake_run(tmp_path, run, accuracy[label][seed - 1], 1.0)
+    manifest = {
+        "reproduction": "ndr-depth",
+        "quick": False,
+        "seeds": 2,
+        "runs": runs,
+        "recipe": NDR_DEPTH.to_recipe(),
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+
+    markdown = render(tmp_path, html=True)
+    _, results = collect(tmp_path)
+    forward = along_axis(results, NDR_DEPTH, "forward", "ood")
+    assert [x for x, _ in forward] == [6.0, 14.0]
+    assert [summary["values"] for _, summary in forward] == [[0.2, 0.1], [1.0, 0.9]]
+    assert [x for x, _ in along_axis(results, NDR_DEPTH, "backward", "ood")] == [6.0, 10.0, 14.0]
+    paper = along_axis(results, NDR_DEPTH, "forward", "paper")
+    assert [(x, number["mean"]) for x, number in paper] == [
+        (4.0, 0.14),
+        (6.0, 0.22),
+        (8.0, 0.23),
+        (10.0, 0.75),
+        (12.0, 1.0),
+        (14.0, 1.0),
+    ]
+    assert "![test_ood accuracy by n_layers: ours and the paper's](rows.png)" in markdown.splitlines()
+    assert (tmp_path / "rows.png").stat().st_size > 0
+    assert (tmp_path / "report.html").read_text().count("data:image/png;base64,") == 2  # rows and curves

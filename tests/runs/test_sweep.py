@@ -79,6 +79,7 @@ def test_recipe_file_is_the_named_reproduction(name: str) -> None:
         ({"paper": {"ok": {"fwd": {"mean": 1}}}}, "must be {mean: M, std: S}"),
         ({"quick_variants": ["ko"]}, "valid choices: ok"),
         ({"column_train": {"bwd": {"steps": 9}}}, "column_train column 'bwd' is not a column"),
+        ({"row_axis": "depth"}, "variant 'ok' does not set the row_axis model key 'depth' to a number"),
     ],
 )
 def test_malformed_recipes_are_one_line_user_errors(change: dict[str, Any], message: str) -> None:

@@ -71,4 +71,5 @@ NDR_DEPTH = Reproduction(
     iid_split=NDR_CTL.iid_split,
     paper=PAPER,
     scale_note=SCALE_NOTE,
+    row_axis="n_layers",
 )

@@ -27,6 +27,8 @@ A recipe is the YAML form of a reproduction (``Reproduction.to_recipe`` writes o
     scale_note: ...
     heatmap: {y: shared_functions, x: shared_symbols}   # optional: columns form a grid over two
                                                         # task keys; the report draws heat maps
+    row_axis: n_layers                 # optional: a model key every variant sets to a number; the
+                                       # report plots accuracy against it
 
 A recipe with an ``experiment`` key instead names a scripted reproduction (an experiment with its own
 training loop) and overrides of its config; see :mod:`recombine.experiments.scripted_reproduction`.
@@ -62,6 +64,7 @@ OPTIONAL = (
     "scale_note",
     "column_train",
     "heatmap",
+    "row_axis",
 )
 VARIANT_KEYS = ("label", "model", "train")
 
@@ -166,7 +169,22 @@ def reproduction_from_recipe(data: Any, origin: str = "recipe") -> Reproduction:
         seeds=seeds,
         column_train=column_train,
         heatmap=_heatmap(data.get("heatmap"), columns, origin),
+        row_axis=_row_axis(data.get("row_axis"), variants),
     )
+
+
+def _row_axis(value: Any, variants: tuple[Variant, ...]) -> str | None:
+    """``row_axis: KEY``: a model key that every variant sets to a number."""
+    if value is None:
+        return None
+    key = str(value)
+    for variant in variants:
+        number = variant.model_overrides.get(key)
+        if not isinstance(number, int | float) or isinstance(number, bool):
+            raise UserError(
+                f"variant {variant.label!r} does not set the row_axis model key {key!r} to a number"
+            )
+    return key
 
 
 def _heatmap(value: Any, columns: dict[str, dict[str, Any]], origin: str) -> tuple[str, str] | None:

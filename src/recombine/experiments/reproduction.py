@@ -74,6 +74,9 @@ class Reproduction:
     # (y, x): two task keys that every column sets; the report then lays the columns out as a grid
     # over them and draws a heat map per row (thesis Fig. 6.4), see recombine.runs.heatmap
     heatmap: tuple[str, str] | None = None
+    # a model key that every variant sets to a number (e.g. n_layers): the rows are an ablation over
+    # it, and the report plots accuracy against it (thesis Tab. 5.2), see recombine.runs.row_axis
+    row_axis: str | None = None
 
     def to_recipe(self) -> dict[str, Any]:
         """This reproduction as a sweep recipe (the YAML of ``recipes/``, read back by
@@ -104,6 +107,8 @@ class Reproduction:
             recipe["column_train"] = {column: dict(train) for column, train in self.column_train.items()}
         if self.heatmap:
             recipe["heatmap"] = {"y": self.heatmap[0], "x": self.heatmap[1]}
+        if self.row_axis:
+            recipe["row_axis"] = self.row_axis
         for (label, column), number in self.paper.items():
             if label in labels and column in self.columns:  # others never reach a report
                 recipe["paper"].setdefault(label, {})[column] = number.to_dict()

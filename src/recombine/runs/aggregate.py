@@ -6,6 +6,7 @@ threshold) is printed beside it so a single lucky seed is never mistaken for the
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass
 
@@ -23,6 +24,14 @@ class SeedSummary:
         if not values:
             raise ValueError("no values to summarise")
         # sample std (ddof=1) like the papers' seed tables; 0 for a single seed
+        if any(math.isnan(v) for v in values):  # a split some run did not evaluate: no summary number
+            return cls(
+                tuple(values),
+                math.nan,
+                math.nan,
+                sum(v >= threshold for v in values) / len(values),
+                threshold,
+            )
         std = statistics.stdev(values) if len(values) > 1 else 0.0
         success = sum(v >= threshold for v in values) / len(values)
         return cls(tuple(values), statistics.fmean(values), std, success, threshold)

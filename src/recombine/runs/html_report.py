@@ -52,11 +52,10 @@ def render_html(
     rows: list[list[str]],
     failed: dict[str, str],
     unfinished: list[str],
-    figure: Path | None,
-    caption: str,
+    figures: list[tuple[Path, str]],
     footer: str,
 ) -> str:
-    """The page's HTML text (the figure, when given, is read and embedded)."""
+    """The page's HTML text (each figure, a PNG with its caption, is read and embedded)."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -76,7 +75,7 @@ def render_html(
         parts.append(f"<h2>Missing or unfinished runs ({len(unfinished)})</h2><ul>")
         parts += [f"<li><code>{escape(run)}</code></li>" for run in unfinished]
         parts.append("</ul>")
-    if figure is not None:
+    for figure, caption in figures:
         parts.append(
             f'<figure><img src="{data_uri(figure)}" alt="{escape(caption)}">'
             f"<figcaption>{escape(caption)}</figcaption></figure>"

@@ -24,6 +24,7 @@ from recombine.runs.aggregate import SeedSummary
 from recombine.runs.figures import learning_curves
 from recombine.runs.heatmap import heatmap_figure, matrix_tables
 from recombine.runs.html_report import render_html, render_markdown_page, render_markdown_report
+from recombine.runs.row_axis import row_axis_figure
 from recombine.runs.store import RunDir
 from recombine.runs.trial_record import read_failure
 
@@ -183,11 +184,23 @@ def render_reproduction(out: Path, html: bool = False) -> str:
     outside = _outside_recipe_note(results["runs_outside_recipe"])
     if outside:
         lines += ["", outside]
-    figure = learning_curves(
+    figures: list[tuple[Path, str]] = []
+    if reproduction.row_axis is not None:
+        by_row = row_axis_figure(results, reproduction, out / "rows.png")
+        if by_row is not None:
+            figures.append(
+                (
+                    by_row,
+                    f"{reproduction.report_split} accuracy by {reproduction.row_axis}: ours and the paper's",
+                )
+            )
+    curves = learning_curves(
         out, manifest, reproduction.report_split, out / "curves.png", list(reproduction.columns)
     )
-    caption = f"{reproduction.report_split} accuracy during training, mean over seeds (band: min-max)"
-    if figure is not None:
+    if curves is not None:
+        caption = f"{reproduction.report_split} accuracy during training, mean over seeds (band: min-max)"
+        figures.append((curves, caption))
+    for figure, caption in figures:
         lines += ["", f"![{caption}]({figure.name})"]
     env = results["environment"]
     footer = f"torch {env['torch']}, Python {env['python']}, {env['machine']}."
@@ -205,8 +218,7 @@ def render_reproduction(out: Path, html: bool = False) -> str:
             rows=rows,
             failed=failed,
             unfinished=unfinished,
-            figure=figure,
-            caption=caption,
+            figures=figures,
             footer=footer,
         )
         (out / "report.html").write_text(page)
