@@ -20,7 +20,7 @@ from recombine.experiments.ndr_arithmetic import NDR_ARITHMETIC
 from recombine.experiments.ndr_depth import NDR_DEPTH
 from recombine.experiments.ndr_listops import NDR_LISTOPS
 from recombine.experiments.recipe import reproduction_from_recipe
-from recombine.experiments.reproduction import PaperNumber, Reproduction
+from recombine.experiments.reproduction import PaperNumber, Reproduction, Variant
 from recombine.runs.heatmap import grid
 from recombine.runs.report import collect, render
 from recombine.runs.row_axis import along_axis
@@ -221,7 +221,7 @@ def test_heatmap_report_from_stored_runs(tmp_path: Path) -> None:
 def test_depth_ablation_report_plots_accuracy_against_the_layer_count(tmp_path: Path) -> None:
     """ndr-depth's rows are an ablation over n_layers: the report's rows.png follows the stored runs
     in layer order, the paper's numbers beside them, and the HTML page embeds it with the curves."""
-    labels = ["L14", "L6", "L10"]  # out of order on purpose; L10 forward not run
+    labels = ["L14", "L6", "L10"]  # L10 forward not run; L14 seed 2 never evaluated valid_iid
     accuracy = {"L14": (1.0, 0.9), "L6": (0.2, 0.1), "L10": (0.7, 0.5)}
     runs = []
     for label in labels:
@@ -231,6 +231,10 @@ def test_depth_ablation_report_plots_accuracy_against_the_layer_count(tmp_path: 
                 runs.append({"variant": label, "column": column, "seed": seed, "run": run, "config": {}})
                 if not (label == "L10" and column == "forward"):
                     _fake_run(tmp_path, run, accuracy[label][seed - 1], 1.0)
+    lacking_iid = tmp_path / "runs/L14--forward--seed2/result.json"
+    result = json.loads(lacking_iid.read_text())
+    del result["selected"]["valid_iid"]
+    lacking_iid.write_text(json.dumps(result))
     manifest = {
         "reproduction": "ndr-depth",
         "quick": False,
@@ -258,3 +262,15 @@ def test_depth_ablation_report_plots_accuracy_against_the_layer_count(tmp_path: 
     assert "![test_ood accuracy by n_layers: ours and the paper's](rows.png)" in markdown.splitlines()
     assert (tmp_path / "rows.png").stat().st_size > 0
     assert (tmp_path / "report.html").read_text().count("data:image/png;base64,") == 2  # rows and curves
+    l14 = next(line for line in markdown.splitlines() if line.startswith("| L14 |")).split(" | ")
+    assert l14[1] == "0.95 ± 0.07 (1/2)"  # forward test_ood
+    assert l14[5] == "n/a (2 runs, not every one evaluated)"  # forward valid_iid: one seed lacks it
+    assert l14[6] == "1.00 ± 0.00 (2/2)"  # backward valid_iid
+
+
+def test_row_axis_rows_must_each_set_their_own_number() -> None:
+    twin = Variant("L14b", "ndr", {"n_layers": 14})
+    with pytest.raises(UserError, match="'L14' and 'L14b' are the same row_axis point n_layers=14"):
+        replace(NDR_DEPTH, variants=(*NDR_DEPTH.variants, twin))
+    with pytest.raises(UserError, match="'L14b' does not set the row_axis model key 'n_layers'"):
+        replace(NDR_DEPTH, variants=(Variant("L14b", "ndr", {}),))

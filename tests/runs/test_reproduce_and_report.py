@@ -145,6 +145,13 @@ def test_runs_of_a_row_a_later_recipe_dropped_stay_named_in_the_report(
     assert collect(tmp_path)[1]["runs_outside_recipe"] == ["runs/LSTM--forward--seed1"]
     assert "does not define (1;" in markdown and "runs/LSTM--forward--seed1" in markdown  # ... and says so
 
+    backward_only = replace(ndr_only, columns={"backward": ndr_only.columns["backward"]})
+    (tmp_path / "runs" / "NDR--forward--seed1" / "result.json").unlink()  # unfinished, in a dropped column
+    run_grid(backward_only, tmp_path, seeds=1, quick=False)
+    _, results = collect(tmp_path)
+    assert results["runs_outside_recipe"] == ["runs/LSTM--forward--seed1", "runs/NDR--forward--seed1"]
+    assert results["missing_runs"] == []  # not reported as unfinished: this recipe would never train it
+
 
 def test_a_changed_row_config_is_not_mixed_into_finished_runs(
     tiny_reproduction: ndr_ctl.Reproduction, tmp_path: Path

@@ -169,22 +169,14 @@ def reproduction_from_recipe(data: Any, origin: str = "recipe") -> Reproduction:
         seeds=seeds,
         column_train=column_train,
         heatmap=_heatmap(data.get("heatmap"), columns, origin),
-        row_axis=_row_axis(data.get("row_axis"), variants),
+        row_axis=_row_axis(data.get("row_axis")),
     )
 
 
-def _row_axis(value: Any, variants: tuple[Variant, ...]) -> str | None:
-    """``row_axis: KEY``: a model key that every variant sets to a number."""
-    if value is None:
-        return None
-    key = str(value)
-    for variant in variants:
-        number = variant.model_overrides.get(key)
-        if not isinstance(number, int | float) or isinstance(number, bool):
-            raise UserError(
-                f"variant {variant.label!r} does not set the row_axis model key {key!r} to a number"
-            )
-    return key
+def _row_axis(value: Any) -> str | None:
+    """``row_axis: KEY``: a model key that every variant sets to its own number (checked by
+    :class:`Reproduction`)."""
+    return None if value is None else str(value)
 
 
 def _heatmap(value: Any, columns: dict[str, dict[str, Any]], origin: str) -> tuple[str, str] | None:

@@ -78,6 +78,23 @@ class Reproduction:
     # it, and the report plots accuracy against it (thesis Tab. 5.2), see recombine.runs.row_axis
     row_axis: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.row_axis is not None:
+            rows_at: dict[float, str] = {}
+            for variant in self.variants:
+                value = variant.model_overrides.get(self.row_axis)
+                if not isinstance(value, int | float) or isinstance(value, bool):
+                    raise UserError(
+                        f"{self.name}: variant {variant.label!r} does not set the row_axis model key "
+                        f"{self.row_axis!r} to a number"
+                    )
+                if value in rows_at:
+                    raise UserError(
+                        f"{self.name}: variants {rows_at[value]!r} and {variant.label!r} are the same "
+                        f"row_axis point {self.row_axis}={value}"
+                    )
+                rows_at[value] = variant.label
+
     def to_recipe(self) -> dict[str, Any]:
         """This reproduction as a sweep recipe (the YAML of ``recipes/``, read back by
         :func:`recombine.experiments.recipe.reproduction_from_recipe`)."""

@@ -23,15 +23,9 @@ class SeedSummary:
     def of(cls, values: list[float], threshold: float) -> SeedSummary:
         if not values:
             raise ValueError("no values to summarise")
+        if any(math.isnan(v) for v in values):  # a split some run did not evaluate: nothing to summarise
+            return cls(tuple(values), math.nan, math.nan, math.nan, threshold)
         # sample std (ddof=1) like the papers' seed tables; 0 for a single seed
-        if any(math.isnan(v) for v in values):  # a split some run did not evaluate: no summary number
-            return cls(
-                tuple(values),
-                math.nan,
-                math.nan,
-                sum(v >= threshold for v in values) / len(values),
-                threshold,
-            )
         std = statistics.stdev(values) if len(values) > 1 else 0.0
         success = sum(v >= threshold for v in values) / len(values)
         return cls(tuple(values), statistics.fmean(values), std, success, threshold)

@@ -33,7 +33,9 @@ def record_files(run: Path) -> list[Path]:
     and a failed run's log, which its report line points to."""
     store = RunDir(run)
     records = [store.config_path, store.metrics_path, store.result_path, run / FAILURE_FILE]
-    return records + [run / TRAIN_LOG] if (run / FAILURE_FILE).is_file() else records
+    result = store.read_result()
+    failed = (run / FAILURE_FILE).is_file() or (result is not None and result.get("status") != "completed")
+    return records + [run / TRAIN_LOG] if failed else records
 
 
 def archive_grid(source: Path, dest: Path) -> int:

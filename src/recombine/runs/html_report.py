@@ -54,6 +54,7 @@ def render_html(
     unfinished: list[str],
     figures: list[tuple[Path, str]],
     footer: str,
+    after_table: list[str] | None = None,
 ) -> str:
     """The page's HTML text (each figure, a PNG with its caption, is read and embedded)."""
     parts = [
@@ -67,6 +68,7 @@ def render_html(
     parts.append("<tbody>")
     parts += ["<tr>" + "".join(_cell(text) for text in row) + "</tr>" for row in rows]
     parts.append("</tbody></table>")
+    parts += [f"<p>{escape(text)}</p>" for text in after_table or []]
     if failed:
         parts.append(f"<h2>Failed runs ({len(failed)})</h2><ul>")
         parts += [f"<li><code>{escape(run)}</code>: {escape(reason)}</li>" for run, reason in failed.items()]

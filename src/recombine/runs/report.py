@@ -9,6 +9,7 @@ say so.
 from __future__ import annotations
 
 import json
+import math
 import platform
 from pathlib import Path
 from typing import Any
@@ -43,10 +44,18 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise UserError(f"{out} is neither a run directory nor a reproduction directory (no manifest.json)")
     manifest = json.loads(manifest_path.read_text())
     reproduction = manifest_reproduction(manifest)
+    labels = {variant.label for variant in reproduction.variants}
+    outside = [  # runs of a row or column that the grid's latest recipe no longer defines
+        entry["run"]
+        for entry in manifest["runs"]
+        if entry["variant"] not in labels or entry["column"] not in reproduction.columns
+    ]
     rows: dict[str, dict[str, Any]] = {}
     missing, failed = [], {}
     failed_cells: dict[tuple[str, str], list[str]] = {}
     for entry in manifest["runs"]:
+        if entry["run"] in outside:
+            continue
         result = RunDir(out / entry["run"]).read_result()
         if result is None or result.get("status") != "completed":
             missing.append(entry["run"])
@@ -83,12 +92,6 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
                     runs=cell["runs"],
                 )
             table.setdefault(variant.label, {})[column] = entry
-    labels = {variant.label for variant in reproduction.variants}
-    outside = [  # runs of a row or column that the grid's latest recipe no longer defines
-        entry["run"]
-        for entry in manifest["runs"]
-        if entry["variant"] not in labels or entry["column"] not in reproduction.columns
-    ]
     results = {
         "reproduction": reproduction.name,
         "source": reproduction.source,
@@ -213,7 +216,8 @@ def render_reproduction(out: Path, html: bool = False) -> str:
     elif html:
         page = render_html(
             title=title,
-            paragraphs=[intro, *notes, *([outside] if outside else [])],
+            paragraphs=[intro, *notes],
+            after_table=[outside] if outside else [],
             header=header,
             rows=rows,
             failed=failed,
@@ -231,8 +235,9 @@ def _outside_recipe_note(runs: list[str]) -> str:
     if not runs:
         return ""
     return (
-        f"Runs of rows or columns this grid's latest recipe does not define ({len(runs)}; not in the table, "
-        "re-run with a recipe that has them to report them): " + ", ".join(runs)
+        f"Runs of rows or columns this grid's latest recipe does not define ({len(runs)}; not in the table; "
+        "re-running with a recipe that has them reports them again without retraining the finished ones): "
+        + ", ".join(runs)
     )
 
 
@@ -245,6 +250,8 @@ def _paper(number: dict[str, float] | None) -> str:
 def _fmt(summary: dict[str, Any] | None) -> str:
     if not summary:
         return "–"
+    if math.isnan(summary["mean"]):  # some run lacks the split (SeedSummary.of)
+        return f"n/a ({summary['n']} runs, not every one evaluated)"
     hits = round(summary["success_rate"] * summary["n"])
     return f"{summary['mean']:.2f} ± {summary['std']:.2f} ({hits}/{summary['n']})"
 

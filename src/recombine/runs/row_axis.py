@@ -24,12 +24,13 @@ def axis_values(reproduction: Reproduction) -> dict[str, float]:
 
 
 def along_axis(
-    results: dict[str, Any], reproduction: Reproduction, column: str, key: str
+    results: dict[str, Any], reproduction: Reproduction, column: str, which: str
 ) -> list[tuple[float, dict[str, Any]]]:
     """(axis value, summary) of one column in ascending axis order, for the rows that have one:
-    ``key`` "ood" is our seed summary (``mean``, ``std``, ``values``), "paper" the paper's number."""
+    ``which`` "ood" reads our seed summaries (``mean``, ``std``, ``values``), "paper" the paper's
+    numbers."""
     values = axis_values(reproduction)
-    points = [(values[label], results["table"][label][column].get(key)) for label in values]
+    points = [(values[label], results["table"][label][column].get(which)) for label in values]
     return sorted(((x, summary) for x, summary in points if summary), key=lambda point: point[0])
 
 
@@ -76,8 +77,8 @@ def row_axis_figure(results: dict[str, Any], reproduction: Reproduction, path: P
         ax.set_ylim(-0.03, 1.03)
         ax.set_title(f"{column}: {reproduction.report_split}", fontsize=10)
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
     axes[0][0].set_ylabel("accuracy")
-    axes[0][0].legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
