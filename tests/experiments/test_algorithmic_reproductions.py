@@ -168,6 +168,18 @@ def _fake_run(out: Path, run: str, ood: float, iid: float) -> None:
     (path / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
 
 
+def _write_manifest(out: Path, reproduction: Reproduction, runs: list[dict[str, Any]], seeds: int) -> None:
+    """The grid's manifest.json as run_trials writes it, over the fake runs ``runs``."""
+    manifest = {
+        "reproduction": reproduction.name,
+        "quick": False,
+        "seeds": seeds,
+        "runs": runs,
+        "recipe": reproduction.to_recipe(),
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
 def test_heatmap_report_from_stored_runs(tmp_path: Path) -> None:
     """A 2 x 2 corner of ctlpp-s with two rows (one with a paper number), one run missing: matrices per
     row with the successes, the missing cell marked, heatmap.png, and the HTML page."""
@@ -188,14 +200,7 @@ def test_heatmap_report_from_stored_runs(tmp_path: Path) -> None:
                 runs.append({"variant": label, "column": column, "seed": seed, "run": run, "config": {}})
                 if not (label == other and column == "fn4-sym2"):
                     _fake_run(tmp_path, run, value if seed == 1 else value - 0.1 * (value > 0.9), 0.99)
-    manifest = {
-        "reproduction": "ctlpp-s",
-        "quick": False,
-        "seeds": 2,
-        "runs": runs,
-        "recipe": tiny.to_recipe(),
-    }
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    _write_manifest(tmp_path, tiny, runs, seeds=2)
 
     markdown = render(tmp_path, html=True)
     lines = markdown.splitlines()
@@ -235,14 +240,7 @@ def test_depth_ablation_report_plots_accuracy_against_the_layer_count(tmp_path: 
     result = json.loads(lacking_iid.read_text())
     del result["selected"]["valid_iid"]
     lacking_iid.write_text(json.dumps(result))
-    manifest = {
-        "reproduction": "ndr-depth",
-        "quick": False,
-        "seeds": 2,
-        "runs": runs,
-        "recipe": NDR_DEPTH.to_recipe(),
-    }
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    _write_manifest(tmp_path, NDR_DEPTH, runs, seeds=2)
 
     markdown = render(tmp_path, html=True)
     _, results = collect(tmp_path)
