@@ -25,7 +25,7 @@ from pathlib import Path
 
 from recombine.errors import UserError
 from recombine.runs.store import RunDir
-from recombine.runs.trial_record import FAILURE_FILE, TRAIN_LOG
+from recombine.runs.trial_record import FAILURE_FILE, TRAIN_LOG, run_status
 
 
 def record_files(run: Path) -> list[Path]:
@@ -33,9 +33,7 @@ def record_files(run: Path) -> list[Path]:
     and a failed run's log, which its report line points to."""
     store = RunDir(run)
     records = [store.config_path, store.metrics_path, store.result_path, run / FAILURE_FILE]
-    result = store.read_result()
-    failed = (run / FAILURE_FILE).is_file() or (result is not None and result.get("status") != "completed")
-    return records + [run / TRAIN_LOG] if failed else records
+    return records + [run / TRAIN_LOG] if run_status(run) == "failed" else records
 
 
 def archive_grid(source: Path, dest: Path) -> int:
