@@ -71,6 +71,12 @@ def test_index_lists_every_result_directory_with_its_headline_table(tree: Path) 
 
     markdown = render_index(tree)
 
+    # the index renders report.html beside a report; it never rewrites the report itself (an archived
+    # grid re-rendered under today's recipe could differ from what was committed)
+    for name in copies:
+        for file in ("report.md", "results.json"):
+            copied = (tree / "papers" / name / file).read_bytes()
+            assert copied == (RESULTS / name / file).read_bytes(), f"{name}/{file} rewritten"
     names = [f"papers/{name}" for name in sorted(copies)] + ["sweeps/toy"]
     assert [p.relative_to(tree).as_posix() for p in find_result_dirs(tree)] == sorted(names)
     entries = {name: read_entry(tree / name, tree) for name in names}

@@ -7,7 +7,8 @@ or a grid's copied results). ``DIR/index.html`` and ``DIR/index.md`` get one row
 (name, source, date, runs, finished, failed) and, per directory, its headline table: the first
 Markdown table of its ``report.md``, i.e. the cells ours-beside-the-paper's (mean ± std over seeds,
 success rate, the paper's number; DESIGN "Runs, sweeps, reports"). Each entry links to its
-``report.html``, which is rendered when it is missing or older than ``report.md``. Links are
+``report.html``, which is rendered from ``report.md`` when it is missing or older (the index never
+rewrites a report; a grid without one gets it rendered from its runs). Links are
 relative and the page has no scripts and no remote resources, so the tree opens offline.
 """
 
@@ -163,8 +164,11 @@ def _stale(html: Path, markdown: Path) -> bool:
 
 
 def _render_report(directory: Path) -> None:
-    """Write the directory's report.html (and, for a grid, re-render report.md and results.json)."""
-    if (directory / "manifest.json").is_file():
+    """Write the directory's report.html from its report.md. Only a grid without a report.md yet (a
+    sweep still running) gets its report rendered from its runs; an existing report.md and
+    results.json are left as they are, since re-rendering an archived grid under today's recipe can
+    change what was committed (``recombine report DIR`` re-renders one on purpose)."""
+    if (directory / "manifest.json").is_file() and not (directory / "report.md").is_file():
         from recombine.runs.report import render_reproduction  # imports torch and the experiments
 
         render_reproduction(directory, html=True)
