@@ -21,6 +21,7 @@ from recombine.experiments.ndr_depth import NDR_DEPTH
 from recombine.experiments.ndr_listops import NDR_LISTOPS
 from recombine.experiments.recipe import reproduction_from_recipe
 from recombine.experiments.reproduction import PaperNumber, Reproduction, Variant
+from recombine.runs.by_depth import depth_points
 from recombine.runs.heatmap import grid
 from recombine.runs.report import collect, render
 from recombine.runs.row_axis import along_axis
@@ -272,3 +273,63 @@ def test_row_axis_rows_must_each_set_their_own_number() -> None:
         replace(NDR_DEPTH, variants=(*NDR_DEPTH.variants, twin))
     with pytest.raises(UserError, match="'L14b' does not set the row_axis model key 'n_layers'"):
         replace(NDR_DEPTH, variants=(Variant("L14b", "ndr", {}),))
+
+
+def test_listops_report_breaks_accuracy_down_by_dependency_depth(tmp_path: Path) -> None:
+    """ndr-listops declares depth_axis: the report gets a table of the mean per-depth accuracy over
+    seeds (hand-computed here), in depth order across valid_iid / valid_ood / test_ood, and depths.png,
+    embedded in the HTML page. A depth one seed lacks averages over the seeds that have it."""
+    per_depth = {  # (row, seed) -> split -> depth -> accuracy
+        ("NDR", 1): {
+            "valid_iid": {"1": 1.0, "5": 0.9},
+            "valid_ood": {"6": 0.9},
+            "test_ood": {"7": 0.8, "8": 0.6},
+        },
+        ("NDR", 2): {"valid_iid": {"1": 1.0, "5": 0.7}, "valid_ood": {"6": 0.7}, "test_ood": {"7": 0.6}},
+        ("Transformer", 1): {
+            "valid_iid": {"1": 0.9},
+            "valid_ood": {"6": 0.3},
+            "test_ood": {"7": 0.2, "8": 0.1},
+        },
+    }
+    runs = []
+    for (label, seed), splits in per_depth.items():
+        run = f"runs/{label}--depth-7-8--seed{seed}"
+        runs.append({"variant": label, "column": "depth-7-8", "seed": seed, "run": run, "config": {}})
+        _fake_run(tmp_path, run, 0.5, 1.0)
+        path = tmp_path / run / "result.json"
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"selected_per_depth": splits}))
+    _write_manifest(tmp_path, NDR_LISTOPS, runs, seeds=2)
+
+    markdown = render(tmp_path, html=True).splitlines()
+
+    heading = markdown.index(
+        "**Accuracy by dependency depth, depth-7-8** (mean over seeds; the split under each dependency depth)"
+    )
+    header = markdown[heading + 2]
+    assert header == "| model | 1 valid_iid | 5 valid_iid | 6 valid_ood | 7 test_ood | 8 test_ood |"
+    assert markdown[heading + 4] == "| NDR | 1.00 | 0.80 | 0.80 | 0.70 | 0.60 |"  # depth 8: seed 1 only
+    assert markdown[heading + 5] == "| Transformer | 0.90 | – | 0.30 | 0.20 | 0.10 |"
+    _, results = collect(tmp_path)
+    assert results["table"]["NDR"]["depth-7-8"]["per_depth"]["valid_iid"]["5"] == [0.9, 0.7]
+    caption = "accuracy by dependency depth per split, mean ± std over seeds"
+    assert f"![{caption}](depths.png)" in markdown
+    page = (tmp_path / "report.html").read_text()
+    assert "<td>0.80</td>" in page and page.count("data:image/png;base64,") == 2  # depths and curves
+
+
+def test_depth_points_keep_overlapping_splits_apart() -> None:
+    """CTL++'s test_iid and test_ood cover the same lengths: each split stays one run of the axis,
+    splits ordered by their smallest depth; disjoint splits read as one depth axis."""
+    cells = [
+        {"per_depth": {"test_iid": {"2": 1.0, "10": 1.0, "1": 1.0}, "test_ood": {"2": 0.5}}},
+        {"per_depth": {"test_ood": {"3": 0.5}, "valid_ood": {"0": 0.1}}},
+    ]
+    assert depth_points(cells) == [
+        ("valid_ood", "0"),
+        ("test_iid", "1"),
+        ("test_iid", "2"),
+        ("test_iid", "10"),
+        ("test_ood", "2"),
+        ("test_ood", "3"),
+    ]

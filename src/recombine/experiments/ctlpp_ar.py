@@ -99,4 +99,5 @@ CTLPP_AR = Reproduction(
     paper=PAPER,
     scale_note=SCALE_NOTE,
     seeds=10,
+    depth_axis="number of functions",
 )

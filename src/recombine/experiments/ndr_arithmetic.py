@@ -79,4 +79,5 @@ NDR_ARITHMETIC = Reproduction(
     iid_split="valid_iid",
     paper=PAPER,
     scale_note=SCALE_NOTE,
+    depth_axis="depth (operations)",
 )

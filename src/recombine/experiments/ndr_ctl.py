@@ -83,4 +83,5 @@ NDR_CTL = Reproduction(
     iid_split="valid_iid",
     paper=PAPER,
     scale_note=SCALE_NOTE,
+    depth_axis="number of functions",
 )

@@ -72,4 +72,5 @@ NDR_DEPTH = Reproduction(
     paper=PAPER,
     scale_note=SCALE_NOTE,
     row_axis="n_layers",
+    depth_axis="number of functions",
 )

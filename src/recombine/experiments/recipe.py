@@ -29,6 +29,8 @@ A recipe is the YAML form of a reproduction (``Reproduction.to_recipe`` writes o
                                                         # task keys; the report draws heat maps
     row_axis: n_layers                 # optional: a model key every variant sets to a number; the
                                        # report plots accuracy against it
+    depth_axis: number of functions    # optional: what the task's per-example group is; the report
+                                       # breaks accuracy down by it, per split
 
 A recipe with an ``experiment`` key instead names a scripted reproduction (an experiment with its own
 training loop) and overrides of its config; see :mod:`recombine.experiments.scripted_reproduction`.
@@ -65,6 +67,7 @@ OPTIONAL = (
     "column_train",
     "heatmap",
     "row_axis",
+    "depth_axis",
 )
 VARIANT_KEYS = ("label", "model", "train")
 
@@ -170,6 +173,7 @@ def reproduction_from_recipe(data: Any, origin: str = "recipe") -> Reproduction:
         column_train=column_train,
         heatmap=_heatmap(data.get("heatmap"), columns, origin),
         row_axis=_row_axis(data.get("row_axis")),
+        depth_axis=None if data.get("depth_axis") is None else str(data["depth_axis"]),
     )
 
 

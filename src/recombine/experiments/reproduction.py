@@ -77,6 +77,10 @@ class Reproduction:
     # a model key that every variant sets to a number (e.g. n_layers): the rows are an ablation over
     # it, and the report plots accuracy against it (thesis Tab. 5.2), see recombine.runs.row_axis
     row_axis: str | None = None
+    # what the task's per-example group is ("dependency depth", "number of functions"): the report then
+    # breaks accuracy down by it, per split (how far past the training depths a model keeps working,
+    # thesis ch.5), see recombine.runs.by_depth
+    depth_axis: str | None = None
 
     def __post_init__(self) -> None:
         if self.row_axis is not None:
@@ -126,6 +130,8 @@ class Reproduction:
             recipe["heatmap"] = {"y": self.heatmap[0], "x": self.heatmap[1]}
         if self.row_axis:
             recipe["row_axis"] = self.row_axis
+        if self.depth_axis:
+            recipe["depth_axis"] = self.depth_axis
         for (label, column), number in self.paper.items():
             if label in labels and column in self.columns:  # others never reach a report
                 recipe["paper"].setdefault(label, {})[column] = number.to_dict()

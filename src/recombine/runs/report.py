@@ -22,6 +22,7 @@ from recombine.experiments.recipe import reproduction_from_recipe
 from recombine.experiments.reproduction import PaperNumber, Reproduction
 from recombine.experiments.scripted_reproduction import CONFIG_FILE as SCRIPTED_CONFIG_FILE
 from recombine.runs.aggregate import SeedSummary
+from recombine.runs.by_depth import depth_figure, depth_tables
 from recombine.runs.figures import learning_curves
 from recombine.runs.heatmap import heatmap_figure, matrix_tables
 from recombine.runs.html_report import render_html, render_markdown_page, render_markdown_report
@@ -66,13 +67,17 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
                 failed_cells.setdefault((entry["variant"], entry["column"]), []).append(entry["run"])
             continue
         cell = rows.setdefault(entry["variant"], {}).setdefault(
-            entry["column"], {"ood": [], "iid": [], "wall_time_s": [], "best_step": [], "runs": []}
+            entry["column"],
+            {"ood": [], "iid": [], "wall_time_s": [], "best_step": [], "runs": [], "per_depth": {}},
         )
         cell["ood"].append(result["selected"][reproduction.report_split])
         cell["iid"].append(result["selected"].get(reproduction.iid_split, float("nan")))
         cell["wall_time_s"].append(result.get("wall_time_s", float("nan")))
         cell["best_step"].append(result["best_step"])
         cell["runs"].append(entry["run"])
+        for split, by_depth in result.get("selected_per_depth", {}).items():
+            for depth, accuracy in by_depth.items():
+                cell["per_depth"].setdefault(split, {}).setdefault(depth, []).append(accuracy)
 
     table: dict[str, Any] = {}
     for variant in reproduction.variants:
@@ -90,6 +95,7 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
                     wall_time_s=cell["wall_time_s"],
                     best_step=cell["best_step"],
                     runs=cell["runs"],
+                    per_depth=cell["per_depth"],  # split -> depth -> accuracy per seed
                 )
             table.setdefault(variant.label, {})[column] = entry
     results = {
@@ -187,6 +193,8 @@ def render_reproduction(out: Path, html: bool = False) -> str:
     outside = _outside_recipe_note(results["runs_outside_recipe"])
     if outside:
         lines += ["", outside]
+    if reproduction.depth_axis is not None:
+        lines += depth_tables(results, reproduction)
     figures: list[tuple[Path, str]] = []
     if reproduction.row_axis is not None:
         by_row = row_axis_figure(results, reproduction, out / "rows.png")
@@ -196,6 +204,12 @@ def render_reproduction(out: Path, html: bool = False) -> str:
                     by_row,
                     f"{reproduction.report_split} accuracy by {reproduction.row_axis}: ours and the paper's",
                 )
+            )
+    if reproduction.depth_axis is not None:
+        by_depth = depth_figure(results, reproduction, out / "depths.png")
+        if by_depth is not None:
+            figures.append(
+                (by_depth, f"accuracy by {reproduction.depth_axis} per split, mean ± std over seeds")
             )
     curves = learning_curves(
         out, manifest, reproduction.report_split, out / "curves.png", list(reproduction.columns)
@@ -211,7 +225,8 @@ def render_reproduction(out: Path, html: bool = False) -> str:
     markdown = "\n".join(lines) + "\n"
     (out / "report.md").write_text(markdown)
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    if html and reproduction.heatmap is not None:  # the matrices: the page is the Markdown's
+    if html and (reproduction.heatmap is not None or reproduction.depth_axis is not None):
+        # tables beyond the headline one: the page is the Markdown's
         (out / "report.html").write_text(render_markdown_page(markdown, out))
     elif html:
         page = render_html(
