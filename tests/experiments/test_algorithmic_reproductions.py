@@ -278,57 +278,87 @@ def test_row_axis_rows_must_each_set_their_own_number() -> None:
 def test_listops_report_breaks_accuracy_down_by_dependency_depth(tmp_path: Path) -> None:
     """ndr-listops declares depth_axis: the report gets a table of the mean per-depth accuracy over
     seeds (hand-computed here), in depth order across valid_iid / valid_ood / test_ood, and depths.png,
-    embedded in the HTML page. A depth one seed lacks averages over the seeds that have it."""
-    per_depth = {  # (row, seed) -> split -> depth -> accuracy
+    embedded in the HTML page. A depth fewer seeds recorded than the cell has runs says how many; a run
+    without records, a -1 group and a row without any records are handled."""
+    per_depth: dict[tuple[str, int], dict[str, dict[str, float]] | None] = {
         ("NDR", 1): {
             "valid_iid": {"1": 1.0, "5": 0.9},
             "valid_ood": {"6": 0.9},
             "test_ood": {"7": 0.8, "8": 0.6},
         },
-        ("NDR", 2): {"valid_iid": {"1": 1.0, "5": 0.7}, "valid_ood": {"6": 0.7}, "test_ood": {"7": 0.6}},
+        ("NDR", 2): {
+            "valid_iid": {"1": 1.0, "5": 0.7, "-1": 0.5},
+            "valid_ood": {"6": 0.7},
+            "test_ood": {"7": 0.6},
+        },
+        ("NDR", 3): None,  # an older run without per-depth records
         ("Transformer", 1): {
             "valid_iid": {"1": 0.9},
             "valid_ood": {"6": 0.3},
             "test_ood": {"7": 0.2, "8": 0.1},
         },
+        ("LSTM", 1): None,
     }
     runs = []
     for (label, seed), splits in per_depth.items():
         run = f"runs/{label}--depth-7-8--seed{seed}"
         runs.append({"variant": label, "column": "depth-7-8", "seed": seed, "run": run, "config": {}})
         _fake_run(tmp_path, run, 0.5, 1.0)
-        path = tmp_path / run / "result.json"
-        path.write_text(json.dumps(json.loads(path.read_text()) | {"selected_per_depth": splits}))
-    _write_manifest(tmp_path, NDR_LISTOPS, runs, seeds=2)
+        if splits is not None:
+            path = tmp_path / run / "result.json"
+            path.write_text(json.dumps(json.loads(path.read_text()) | {"selected_per_depth": splits}))
+    _write_manifest(tmp_path, NDR_LISTOPS, runs, seeds=3)
 
     markdown = render(tmp_path, html=True).splitlines()
 
-    heading = markdown.index(
-        "**Accuracy by dependency depth, depth-7-8** (mean over seeds; the split under each dependency depth)"
+    heading = next(
+        i for i, line in enumerate(markdown) if line.startswith("**Accuracy by dependency depth, depth-7-8**")
     )
     header = markdown[heading + 2]
     assert header == "| model | 1 valid_iid | 5 valid_iid | 6 valid_ood | 7 test_ood | 8 test_ood |"
-    assert markdown[heading + 4] == "| NDR | 1.00 | 0.80 | 0.80 | 0.70 | 0.60 |"  # depth 8: seed 1 only
+    # NDR: 3 runs, 2 with records; depth 8 recorded by seed 1 only
+    assert markdown[heading + 4] == "| NDR | 1.00 (n=2) | 0.80 (n=2) | 0.80 (n=2) | 0.70 (n=2) | 0.60 (n=1) |"
     assert markdown[heading + 5] == "| Transformer | 0.90 | – | 0.30 | 0.20 | 0.10 |"
+    assert markdown[heading + 7] == "Rows whose runs recorded no per-dependency depth accuracy: LSTM"
     _, results = collect(tmp_path)
-    assert results["table"]["NDR"]["depth-7-8"]["per_depth"]["valid_iid"]["5"] == [0.9, 0.7]
+    assert results["table"]["NDR"]["depth-7-8"]["per_depth"] == [per_depth[("NDR", s)] for s in (1, 2, 3)]
     caption = "accuracy by dependency depth per split, mean ± std over seeds"
     assert f"![{caption}](depths.png)" in markdown
     page = (tmp_path / "report.html").read_text()
-    assert "<td>0.80</td>" in page and page.count("data:image/png;base64,") == 2  # depths and curves
+    assert "<td>0.80 (n=2)</td>" in page and page.count("data:image/png;base64,") == 2  # depths and curves
+    assert "<footer>" in page  # the styled grid page, with the depth table converted into it
+
+
+def test_per_depth_records_are_kept_only_where_the_reproduction_declares_a_depth_axis(tmp_path: Path) -> None:
+    without = replace(NDR_LISTOPS, depth_axis=None)
+    run = "runs/NDR--depth-7-8--seed1"
+    _fake_run(tmp_path, run, 0.5, 1.0)
+    path = tmp_path / run / "result.json"
+    path.write_text(
+        json.dumps(json.loads(path.read_text()) | {"selected_per_depth": {"test_ood": {"7": 0.5}}})
+    )
+    _write_manifest(
+        tmp_path, without, [{"variant": "NDR", "column": "depth-7-8", "seed": 1, "run": run}], seeds=1
+    )
+    markdown = render(tmp_path)
+    _, results = collect(tmp_path)
+    assert "per_depth" not in results["table"]["NDR"]["depth-7-8"]
+    assert "Accuracy by" not in markdown and not (tmp_path / "depths.png").exists()
+    with pytest.raises(UserError, match="depth_axis must be a non-empty label"):
+        replace(NDR_LISTOPS, depth_axis=" ")
 
 
 def test_depth_points_keep_overlapping_splits_apart() -> None:
     """CTL++'s test_iid and test_ood cover the same lengths: each split stays one run of the axis,
-    splits ordered by their smallest depth; disjoint splits read as one depth axis."""
+    splits ordered by their smallest depth (ties: first seen); -1 (no meaningful group) is left out."""
     cells = [
-        {"per_depth": {"test_iid": {"2": 1.0, "10": 1.0, "1": 1.0}, "test_ood": {"2": 0.5}}},
-        {"per_depth": {"test_ood": {"3": 0.5}, "valid_ood": {"0": 0.1}}},
+        {"per_depth": [{"test_iid": {"2": 1.0, "10": 1.0, "3": 1.0}, "test_ood": {"2": 0.5}}, None]},
+        {"per_depth": [{"test_ood": {"3": 0.5}, "valid_ood": {"1": 0.1, "-1": 0.2}, "other": {"-1": 0.3}}]},
     ]
     assert depth_points(cells) == [
-        ("valid_ood", "0"),
-        ("test_iid", "1"),
+        ("valid_ood", "1"),
         ("test_iid", "2"),
+        ("test_iid", "3"),
         ("test_iid", "10"),
         ("test_ood", "2"),
         ("test_ood", "3"),

@@ -80,6 +80,8 @@ def test_recipe_file_is_the_named_reproduction(name: str) -> None:
         ({"quick_variants": ["ko"]}, "valid choices: ok"),
         ({"column_train": {"bwd": {"steps": 9}}}, "column_train column 'bwd' is not a column"),
         ({"row_axis": "depth"}, "variant 'ok' does not set the row_axis model key 'depth' to a number"),
+        ({"depth_axis": ""}, "depth_axis in recipe must be a non-empty label"),
+        ({"depth_axis": 3}, "depth_axis in recipe must be a non-empty label"),
     ],
 )
 def test_malformed_recipes_are_one_line_user_errors(change: dict[str, Any], message: str) -> None:

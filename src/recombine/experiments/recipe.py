@@ -173,7 +173,7 @@ def reproduction_from_recipe(data: Any, origin: str = "recipe") -> Reproduction:
         column_train=column_train,
         heatmap=_heatmap(data.get("heatmap"), columns, origin),
         row_axis=_row_axis(data.get("row_axis")),
-        depth_axis=None if data.get("depth_axis") is None else str(data["depth_axis"]),
+        depth_axis=_depth_axis(data.get("depth_axis"), origin),
     )
 
 
@@ -181,6 +181,17 @@ def _row_axis(value: Any) -> str | None:
     """``row_axis: KEY``: a model key that every variant sets to its own number (checked by
     :class:`Reproduction`)."""
     return None if value is None else str(value)
+
+
+def _depth_axis(value: Any, origin: str) -> str | None:
+    """``depth_axis: LABEL``: what the task's per-example group is, as the report names it."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(
+            f"depth_axis in {origin} must be a non-empty label (e.g. 'dependency depth'), got {value!r}"
+        )
+    return value
 
 
 def _heatmap(value: Any, columns: dict[str, dict[str, Any]], origin: str) -> tuple[str, str] | None:

@@ -83,6 +83,8 @@ class Reproduction:
     depth_axis: str | None = None
 
     def __post_init__(self) -> None:
+        if self.depth_axis is not None and not self.depth_axis.strip():
+            raise UserError(f"{self.name}: depth_axis must be a non-empty label or None")
         if self.row_axis is not None:
             rows_at: dict[float, str] = {}
             for variant in self.variants:
@@ -130,7 +132,7 @@ class Reproduction:
             recipe["heatmap"] = {"y": self.heatmap[0], "x": self.heatmap[1]}
         if self.row_axis:
             recipe["row_axis"] = self.row_axis
-        if self.depth_axis:
+        if self.depth_axis is not None:
             recipe["depth_axis"] = self.depth_axis
         for (label, column), number in self.paper.items():
             if label in labels and column in self.columns:  # others never reach a report

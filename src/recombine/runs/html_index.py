@@ -164,8 +164,8 @@ def _stale(html: Path, markdown: Path) -> bool:
 
 
 def _render_report(directory: Path) -> None:
-    """Write the directory's report.html from its report.md. Only a grid without a report.md yet (a
-    sweep still running) gets its report rendered from its runs; an existing report.md and
+    """Write the directory's report.html from its report.md. Only a grid without a report.md yet gets
+    a snapshot of its report rendered from its runs; an existing report.md and
     results.json are left as they are, since re-rendering an archived grid under today's recipe can
     change what was committed (``recombine report DIR`` re-renders one on purpose)."""
     if (directory / "manifest.json").is_file() and not (directory / "report.md").is_file():

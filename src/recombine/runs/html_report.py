@@ -55,8 +55,11 @@ def render_html(
     figures: list[tuple[Path, str]],
     footer: str,
     after_table: list[str] | None = None,
+    after_table_markdown: str = "",
+    base: Path | None = None,
 ) -> str:
-    """The page's HTML text (each figure, a PNG with its caption, is read and embedded)."""
+    """The page's HTML text (each figure, a PNG with its caption, is read and embedded).
+    ``after_table_markdown`` (further tables, e.g. accuracy by depth) is converted below the table."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -69,6 +72,8 @@ def render_html(
     parts += ["<tr>" + "".join(_cell(text) for text in row) + "</tr>" for row in rows]
     parts.append("</tbody></table>")
     parts += [f"<p>{escape(text)}</p>" for text in after_table or []]
+    if after_table_markdown.strip():
+        parts.append(markdown_to_html(after_table_markdown, base or Path(".")))
     if failed:
         parts.append(f"<h2>Failed runs ({len(failed)})</h2><ul>")
         parts += [f"<li><code>{escape(run)}</code>: {escape(reason)}</li>" for run, reason in failed.items()]

@@ -68,16 +68,15 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             continue
         cell = rows.setdefault(entry["variant"], {}).setdefault(
             entry["column"],
-            {"ood": [], "iid": [], "wall_time_s": [], "best_step": [], "runs": [], "per_depth": {}},
+            {"ood": [], "iid": [], "wall_time_s": [], "best_step": [], "runs": [], "per_depth": []},
         )
         cell["ood"].append(result["selected"][reproduction.report_split])
         cell["iid"].append(result["selected"].get(reproduction.iid_split, float("nan")))
         cell["wall_time_s"].append(result.get("wall_time_s", float("nan")))
         cell["best_step"].append(result["best_step"])
         cell["runs"].append(entry["run"])
-        for split, by_depth in result.get("selected_per_depth", {}).items():
-            for depth, accuracy in by_depth.items():
-                cell["per_depth"].setdefault(split, {}).setdefault(depth, []).append(accuracy)
+        if reproduction.depth_axis is not None:  # aligned with runs; None where a run has no record
+            cell["per_depth"].append(result.get("selected_per_depth"))
 
     table: dict[str, Any] = {}
     for variant in reproduction.variants:
@@ -95,8 +94,9 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
                     wall_time_s=cell["wall_time_s"],
                     best_step=cell["best_step"],
                     runs=cell["runs"],
-                    per_depth=cell["per_depth"],  # split -> depth -> accuracy per seed
                 )
+                if reproduction.depth_axis is not None:  # per run: split -> depth -> accuracy
+                    entry["per_depth"] = cell["per_depth"]
             table.setdefault(variant.label, {})[column] = entry
     results = {
         "reproduction": reproduction.name,
@@ -193,8 +193,8 @@ def render_reproduction(out: Path, html: bool = False) -> str:
     outside = _outside_recipe_note(results["runs_outside_recipe"])
     if outside:
         lines += ["", outside]
-    if reproduction.depth_axis is not None:
-        lines += depth_tables(results, reproduction)
+    extra = depth_tables(results, reproduction) if reproduction.depth_axis is not None else []
+    lines += extra
     figures: list[tuple[Path, str]] = []
     if reproduction.row_axis is not None:
         by_row = row_axis_figure(results, reproduction, out / "rows.png")
@@ -225,14 +225,15 @@ def render_reproduction(out: Path, html: bool = False) -> str:
     markdown = "\n".join(lines) + "\n"
     (out / "report.md").write_text(markdown)
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    if html and (reproduction.heatmap is not None or reproduction.depth_axis is not None):
-        # tables beyond the headline one: the page is the Markdown's
+    if html and reproduction.heatmap is not None:  # the matrices: the page is the Markdown's
         (out / "report.html").write_text(render_markdown_page(markdown, out))
     elif html:
         page = render_html(
             title=title,
             paragraphs=[intro, *notes],
             after_table=[outside] if outside else [],
+            after_table_markdown="\n".join(extra),
+            base=out,
             header=header,
             rows=rows,
             failed=failed,
