@@ -101,3 +101,23 @@ def test_bad_index_length_or_head_name_the_valid_range(traced: Traced) -> None:
         trace_arrays(trace, 0, length=8)
     with pytest.raises(UserError, match=r"\[0, 1\]"):
         draw_memory_trace(trace_arrays(trace, 0), head=2)
+
+
+def test_masked_dnc_trace_adds_the_read_mask_panel_of_the_head(tmp_path: Path) -> None:
+    """Fig. 2.2b: with masked content addressing (M) the figure shows the head's read mask over time, each
+    value in (delta, 1) (eq. A.2); an unmasked DNC's figure has no such panel (checked in the test above)."""
+    torch.manual_seed(1)
+    config = DNCMemoryConfig(n_cells=5, cell_width=4, n_read_heads=2, masked=True, mask_min=0.1)
+    dnc = DNC(d_input=3, d_output=2, d_controller=8, memory=config)
+    with torch.no_grad():
+        _, trace = dnc(torch.randn(2, 6, 3), return_trace=True)
+    assert trace is not None and trace.read_masks is not None
+    head = 1
+    arrays = trace_arrays(trace, 1, length=5)
+    fig = draw_memory_trace(arrays, head=head)
+    mask = _images_by_title(fig)[f"read mask (head {head})"]
+    np.testing.assert_allclose(mask, trace.read_masks[1, :5, head].numpy().T)
+    assert mask.shape == (4, 5)  # channels x time steps
+    assert np.all((mask > 0.1) & (mask < 1.0))
+    matplotlib.pyplot.close(fig)
+    assert save_memory_trace(arrays, tmp_path / "masked.png", head=head).stat().st_size > 0

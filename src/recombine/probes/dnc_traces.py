@@ -6,7 +6,9 @@ From a :class:`~recombine.models.layers.dnc_memory.DNCMemoryTrace` of one sequen
 * the write weighting ``w_t^w`` and a head's read weighting ``w_t^{r,i}`` (eq. A.12) over time;
 * Fig. 2.4a-b: the forward link distribution ``f_t^i`` (eq. 2.5 / A.10) of a head, one address
   distribution over the cells per time step (after sharpening when S is on);
-* Fig. 2.4c-d: the read modes ``pi_t^i`` (backward, content, forward; eq. A.12) of a head.
+* Fig. 2.4c-d: the read modes ``pi_t^i`` (backward, content, forward; eq. A.12) of a head;
+* Fig. 2.2b (models with masked content addressing, M): the read mask ``m_t^{r,i}`` of a head (eq. 2.1,
+  one weight per channel of a memory cell), i.e. which parts of a cell its content lookup compares.
 
 Every panel is a heatmap with time on the x axis. :func:`save_link_comparison` puts the forward
 distributions and read modes of several models on the same input side by side (DNC-D vs DNC-DS is
@@ -41,6 +43,7 @@ class MemoryTraceArrays:
     backward: np.ndarray  # [T, R, N]
     read_modes: np.ndarray  # [T, R, 3] (backward, content, forward)
     usage: np.ndarray  # [T, N]
+    read_masks: np.ndarray | None = None  # [T, R, W], only with masked content addressing (M)
     inputs: np.ndarray | None = None  # [T, X] bits as the task gives them
     targets: np.ndarray | None = None  # [T, Y]
     outputs: np.ndarray | None = None  # [T, Y] output probabilities
@@ -87,6 +90,7 @@ def trace_arrays(
         backward=take(trace.backward),
         read_modes=take(trace.read_modes),
         usage=take(trace.usage),
+        read_masks=None if trace.read_masks is None else take(trace.read_masks),
         inputs=cut(inputs),
         targets=cut(targets),
         outputs=cut(outputs),
@@ -115,12 +119,21 @@ def panel_arrays(arrays: MemoryTraceArrays, head: int = 0) -> dict[str, np.ndarr
     panels[f"read weighting (head {head})"] = arrays.read_weightings[:, head].T
     panels[f"forward links (head {head})"] = arrays.forward[:, head].T
     panels[f"read modes (head {head})"] = arrays.read_modes[:, head].T
+    if arrays.read_masks is not None:  # Fig. 2.2b, with time on x as in every other panel
+        panels[f"read mask (head {head})"] = arrays.read_masks[:, head].T
     return panels
+
+
+def _row_label(panel: str) -> str:
+    if panel.startswith("read mask"):
+        return "channel"
+    return "cell" if "links" in panel or "weighting" in panel else "bit"
 
 
 def draw_memory_trace(arrays: MemoryTraceArrays, head: int = 0, title: str = "") -> Figure:
     """A column of heatmaps sharing the time axis: bit maps (Fig. 2.3a), write and read weightings,
-    forward link distribution (Fig. 2.4a-b) and read modes (Fig. 2.4c-d) of read head ``head``."""
+    forward link distribution (Fig. 2.4a-b), read modes (Fig. 2.4c-d) and, for a masked DNC, the read mask
+    (Fig. 2.2b) of read head ``head``."""
     plt = _pyplot()
     panels = panel_arrays(arrays, head)
     heights = [max(2.0, min(values.shape[0], 16) * 0.18) for values in panels.values()]
@@ -138,7 +151,7 @@ def draw_memory_trace(arrays: MemoryTraceArrays, head: int = 0, title: str = "")
         if name.startswith("read modes"):
             ax.set_yticks(range(3), [m[0] for m in READ_MODE_NAMES], fontsize=7)
         else:
-            ax.set_ylabel("cell" if "links" in name or "weighting" in name else "bit", fontsize=7)
+            ax.set_ylabel(_row_label(name), fontsize=7)
         fig.colorbar(image, ax=ax, fraction=0.015, pad=0.01)
     axes[-1, 0].set_xlabel("time step")
     if title:
