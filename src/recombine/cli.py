@@ -355,6 +355,22 @@ def cmd_probe_representations(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe_dnc_trace(args: argparse.Namespace) -> int:
+    from recombine.probes.dnc_stored_trace import draw_stored_trace
+
+    path = draw_stored_trace(
+        args.directory,
+        args.out,
+        variant=args.variant,
+        seed=args.seed,
+        steps=args.steps,
+        example=args.example,
+        head=args.head,
+    )
+    print(f"written: {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="recombine", description="compositional generalization laboratory")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -406,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.set_defaults(handler=cmd_inspect)
 
     probe = commands.add_parser(
-        "probe", help="analyses of a trained run (weight masks, attention maps, CTL++ representations)"
+        "probe",
+        help="analyses of a trained run (weight masks, attention maps, CTL++ representations, DNC traces)",
     )
     probes = probe.add_subparsers(dest="probe", required=True, parser_class=_Parser)
     masks = probes.add_parser(
@@ -467,6 +484,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     representations.add_argument("--out", help="output directory (default RUN/probes/representations)")
     representations.set_defaults(handler=cmd_probe_representations)
+    dnc_trace = probes.add_parser(
+        "dnc-trace",
+        help="memory trace of a stored DNC run: weightings, links, read modes, read mask (Figs. 2.2b-2.4)",
+    )
+    dnc_trace.add_argument("directory", help="output directory of dnc-repeat-copy or dnc-assoc-recall")
+    dnc_trace.add_argument("--variant", help="e.g. dnc_m (needed when the directory holds several)")
+    dnc_trace.add_argument("--seed", type=int, help="the run's seed (needed when it holds several)")
+    dnc_trace.add_argument("--steps", type=int, help="the run's training steps (when it holds several)")
+    dnc_trace.add_argument("--example", type=int, default=0, help="index into the seed's evaluation set")
+    dnc_trace.add_argument("--head", type=int, default=0, help="read head to show")
+    dnc_trace.add_argument(
+        "--out", help="PNG path (default DIR/probes/trace_<variant>_seed<S>_<steps>steps_ex<K>.png)"
+    )
+    dnc_trace.set_defaults(handler=cmd_probe_dnc_trace)
 
     export = commands.add_parser(
         "export", help="write a task split in its official file format (SCAN .txt, PCFG SET .src/.tgt)"

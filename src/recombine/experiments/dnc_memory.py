@@ -80,6 +80,7 @@ from recombine.tasks.memory_tasks import (
     RepeatedCopyConfig,
     pad_batch,
     sample_batch,
+    sample_sequence,
 )
 
 #: the eight models of thesis 2.3 by name: (masked M, dealloc D, sharpness S)
@@ -475,7 +476,7 @@ def compare_on_repeated_copy(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     comparison.loss_curve_figure = save_loss_curves(results, out / "repeated_copy_loss.png")
-    sequence = _example_sequence(task, train.seed)
+    sequence = evaluation_sequence(task, train.seed)
     traces = {}
     for variant, runs in results.items():
         traces[variant] = trace_sequence(runs[0].model, sequence)
@@ -486,11 +487,14 @@ def compare_on_repeated_copy(
     return comparison
 
 
-def _example_sequence(task: MemoryTaskConfig, seed: int) -> MemorySequence:
-    """The first sequence of the evaluation set of ``seed``."""
-    batch = sample_batch(task, 1, np.random.default_rng([seed, 1]))
-    n = int(batch.lengths[0])
-    return MemorySequence(batch.inputs[0, :n], batch.targets[0, :n], batch.loss_mask[0, :n])
+def evaluation_sequence(task: MemoryTaskConfig, seed: int, index: int = 0) -> MemorySequence:
+    """Sequence ``index`` of the fixed evaluation set of ``seed``, as :func:`train_memory_task` draws it."""
+    if index < 0:
+        raise UserError(f"the evaluation sequence index must be >= 0; got {index}")
+    rng = np.random.default_rng([seed, 1])
+    for _ in range(index):
+        sample_sequence(task, rng)
+    return sample_sequence(task, rng)
 
 
 def save_loss_curves(results: dict[str, list[MemoryTrainResult]], path: str | Path, smooth: int = 20) -> Path:
@@ -696,7 +700,7 @@ def _run_reproduction(
     comparison = VariantComparison(results, None, {}, None)
     stem = task_name.replace(" ", "_")
     comparison.loss_curve_figure = save_loss_curves(results, out / f"{stem}_loss.png", smooth=config.smooth)
-    sequence = _example_sequence(task, config.seeds[0])
+    sequence = evaluation_sequence(task, config.seeds[0])
     traces = {v: trace_sequence(runs[0].model, sequence) for v, runs in results.items()}
     for variant, arrays in traces.items():
         comparison.trace_figures[variant] = save_memory_trace(
