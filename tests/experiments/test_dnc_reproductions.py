@@ -23,18 +23,10 @@ from recombine.experiments.dnc_memory import (
 )
 from recombine.experiments.scripted_reproduction import ScriptedReproduction, is_complete, run_scripted
 from recombine.tasks.memory_tasks import AssociativeRecallConfig, RepeatedCopyConfig, sample_batch
+from tiny_dnc import TINY_DNC_REPRODUCTION
 
 REPEAT_COPY, ASSOC_RECALL = DNC_REPEAT_COPY, DNC_ASSOC_RECALL
-TINY = {
-    "steps": 3,
-    "eval_every": 3,
-    "eval_size": 4,
-    "batch_size": 4,
-    "smooth": 2,
-    "d_controller": 8,
-    "cell_width": 4,
-    "compile_steps": False,  # the reproductions' default; compiling would take most of a tiny run
-}
+TINY = TINY_DNC_REPRODUCTION
 
 
 def naive_steps_to_threshold(loss: np.ndarray, threshold: float, smooth: int) -> int | None:

@@ -20,6 +20,7 @@ from recombine.experiments.progress import (
     trial_done,
 )
 from recombine.experiments.scripted_reproduction import ScriptedReproduction, run_scripted
+from tiny_dnc import TINY_DNC_REPRODUCTION
 
 TRIAL_LINE = re.compile(r"^\[(\d+)/(\d+)\] (.+?): (.*)$")
 
@@ -27,16 +28,7 @@ TRIAL_LINE = re.compile(r"^\[(\d+)/(\d+)\] (.+?): (.*)$")
 TINY_RUNS = [
     (
         "dnc-repeat-copy",
-        {
-            "steps": 3,
-            "eval_every": 3,
-            "eval_size": 4,
-            "batch_size": 4,
-            "smooth": 2,
-            "d_controller": 8,
-            "cell_width": 4,
-            "variants": ["dnc", "dnc_ds"],
-        },
+        {**TINY_DNC_REPRODUCTION, "variants": ["dnc", "dnc_ds"]},
         4,  # 2 variants x 2 seeds
     ),
     ("gdrc-toy", {"steps": 8, "snapshot_steps": [0, 8], "grid_size": 5}, 2),

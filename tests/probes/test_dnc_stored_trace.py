@@ -22,19 +22,9 @@ from recombine.experiments.dnc_memory import (
 from recombine.experiments.scripted_reproduction import run_scripted
 from recombine.probes.dnc_stored_trace import stored_runs, stored_trace
 from recombine.tasks.memory_tasks import MemorySequence, sample_batch
+from tiny_dnc import TINY_DNC_REPRODUCTION
 
-TINY = {
-    "steps": 3,
-    "eval_every": 3,
-    "eval_size": 4,
-    "batch_size": 4,
-    "smooth": 2,
-    "d_controller": 8,
-    "cell_width": 4,
-    "n_cells": 6,
-    "variants": ["dnc", "dnc_m"],
-    "compile_steps": False,  # compiling would take most of a tiny run
-}
+TINY = {**TINY_DNC_REPRODUCTION, "n_cells": 6, "variants": ["dnc", "dnc_m"]}
 
 
 @pytest.fixture(scope="module")
