@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +26,7 @@ from recombine.experiments.dnc_memory import (
     chance_loss,
     steps_to_threshold,
 )
+from recombine.experiments.dnc_trial_checkpoint import load_training_state
 from recombine.experiments.scripted_reproduction import ScriptedReproduction, is_complete, run_scripted
 from recombine.tasks.memory_tasks import AssociativeRecallConfig, RepeatedCopyConfig, sample_batch
 from tiny_dnc import TINY_DNC_REPRODUCTION
@@ -184,3 +190,45 @@ def test_an_unreadable_stored_run_is_trained_again(
     assert "cannot be read" in log and "final eval loss" in log  # said so, and trained again
     assert json.loads((out / "results.json").read_text())["runs"]["dnc"][0]["train_loss"] == first
     torch.load(stored, weights_only=True)  # written anew
+
+
+def _without_seconds(results: dict[str, Any]) -> dict[str, Any]:
+    return {
+        variant: [{k: v for k, v in run.items() if k != "seconds"} for run in runs]
+        for variant, runs in results["runs"].items()
+    }
+
+
+def test_a_run_killed_midway_continues_from_its_last_evaluation(tmp_path: Path) -> None:
+    """SIGKILL a reproduction once its first mid-run checkpoint exists, start it again: it resumes from that
+    checkpoint (the evaluations before it are not recomputed) and ends with exactly the curves of an
+    uninterrupted run; the checkpoint is removed once the run is stored."""
+    overrides = {**TINY, "steps": 120, "eval_every": 10, "variants": ["dnc_ds"]}
+    reference = tmp_path / "reference"
+    run_scripted(REPEAT_COPY, reference, seeds=1, overrides=overrides)
+
+    killed = tmp_path / "killed"
+    command = [sys.executable, "-m", "recombine", "reproduce", "dnc-repeat-copy", "--seeds", "1", "--out"]
+    command += [str(killed), *(f"{k}={json.dumps(v)}" for k, v in overrides.items())]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    partial = killed / "trials" / "partial"
+    while not (partial.is_dir() and any(partial.glob("*.pt"))):
+        assert proc.poll() is None, "the run ended before its first checkpoint"
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    if (killed / "trials.jsonl").exists():
+        pytest.skip("the run finished before it could be killed (machine too fast for this test)")
+    (checkpoint,) = partial.glob("*.pt")
+    resumed_from = load_training_state(checkpoint)
+    assert resumed_from is not None and 0 < resumed_from.step < 120
+
+    resumed = subprocess.run(command, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((killed / "results.json").read_text())["runs"]
+    assert _without_seconds(json.loads((killed / "results.json").read_text())) == _without_seconds(
+        json.loads((reference / "results.json").read_text())
+    )
+    assert not any(partial.glob("*.pt"))

@@ -95,6 +95,19 @@ def test_off_a_terminal_the_bar_prints_a_line_per_tenth_of_the_steps(
     assert all(int(m[2]) == total and int(m[3]) == 100 * int(m[1]) // total for m in lines)  # type: ignore[index]
 
 
+def test_a_resumed_loop_starts_at_its_step_and_prints_only_the_tenths_still_ahead(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A loop resumed at step 55 of 100 (a DNC run continued from its checkpoint): the count starts there, the
+    tenths already behind print nothing, each later tenth one line, the last at 100 %."""
+    with MilestoneLines(100, "demo seed 0", min_seconds=0.0, initial=55) as bar:
+        for _ in range(45):
+            bar.update()
+    assert bar.n == 100
+    counts = [int(m[1]) for m in map(MILESTONE_LINE.match, capsys.readouterr().err.splitlines()) if m]
+    assert counts == [60, 70, 80, 90, 100]
+
+
 def test_off_a_terminal_short_loops_stay_quiet(capsys: pytest.CaptureFixture[str]) -> None:
     """``training_bar`` off a terminal: lines at most every ``MIN_SECONDS_BETWEEN_LINES``, so a loop of a
     fraction of a second prints nothing."""

@@ -35,7 +35,8 @@ figures; :mod:`recombine.experiments.scripted_reproduction`):
 
 Both keep every finished run in their output directory (:class:`StoredTrials`) and read it back when
 run again with the same settings: an interrupted run resumes, and one-variant runs add up (side by side
-in directories of their own, then merged).
+in directories of their own, then merged). A run killed midway continues from its last evaluation
+(:mod:`recombine.experiments.dnc_trial_checkpoint`).
 
 Both measure convergence speed by :func:`steps_to_threshold`: the first step after which the moving
 average of the training loss is below ``threshold_fraction`` times the chance loss (the loss of
@@ -60,6 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from recombine.errors import UserError, choices_hint
+from recombine.experiments.dnc_trial_checkpoint import TrainingState, load_training_state, save_training_state
 from recombine.experiments.progress import training_bar, trial_done
 from recombine.experiments.scripted_reproduction import ScriptedReproduction
 from recombine.models.dnc import DNC
@@ -236,9 +238,16 @@ def make_optimizer(model: nn.Module, config: MemoryTrainConfig) -> torch.optim.O
 
 
 def train_memory_task(
-    task: MemoryTaskConfig, model_config: DNCSequenceConfig, train: MemoryTrainConfig
+    task: MemoryTaskConfig,
+    model_config: DNCSequenceConfig,
+    train: MemoryTrainConfig,
+    checkpoint: Path | None = None,
 ) -> MemoryTrainResult:
-    """Train a fresh DNC on ``task``; deterministic given the configs (see the module docstring)."""
+    """Train a fresh DNC on ``task``; deterministic given the configs (see the module docstring).
+
+    With ``checkpoint``, the training state is written there at every evaluation and, if the file already
+    holds one (a killed run of the same settings), training continues from it exactly
+    (:mod:`recombine.experiments.dnc_trial_checkpoint`); the caller removes it when the run is kept."""
     if train.threads:
         torch.set_num_threads(train.threads)
     torch.manual_seed(train.seed)
@@ -246,19 +255,29 @@ def train_memory_task(
     optimizer = make_optimizer(model, train)
     train_rng = np.random.default_rng([train.seed, 0])
     eval_batch = sample_batch(task, train.eval_size, np.random.default_rng([train.seed, 1]))
-    eval_steps: list[int] = []
-    eval_metrics: list[BatchMetrics] = []
+    evaluations: list[tuple[int, float, float, float]] = []  # (step, loss, bit error, sequence accuracy)
+    train_loss = np.zeros(train.steps)
+    first_step, seconds_before = 0, 0.0
 
     def record(step: int) -> None:
-        eval_steps.append(step)
-        eval_metrics.append(evaluate(model, eval_batch, train.loss_on))
+        metrics = evaluate(model, eval_batch, train.loss_on)
+        evaluations.append((step, metrics.loss, metrics.bit_error, metrics.sequence_accuracy))
 
-    start = time.perf_counter()
-    record(0)
-    train_loss = np.zeros(train.steps)
+    resumed = load_training_state(checkpoint) if checkpoint is not None else None
+    if resumed is not None and resumed.step < train.steps:
+        model.load_state_dict(resumed.model)
+        optimizer.load_state_dict(resumed.optimizer)
+        train_rng.bit_generator.state = resumed.batch_rng
+        torch.set_rng_state(resumed.torch_rng)
+        first_step, seconds_before = resumed.step, resumed.seconds
+        train_loss[:first_step] = resumed.train_loss
+        evaluations.extend(resumed.evaluations)
+    start = time.perf_counter() - seconds_before
+    if first_step == 0:
+        record(0)
     model.train()
-    with training_bar(train.steps, f"{model_config.variant} seed {train.seed}") as bar:
-        for step in range(train.steps):
+    with training_bar(train.steps, f"{model_config.variant} seed {train.seed}", initial=first_step) as bar:
+        for step in range(first_step, train.steps):
             batch = sample_batch(train.curriculum.config_at(task, step), train.batch_size, train_rng)
             logits, _ = model(model_inputs(batch.inputs))
             loss = batch_loss(logits, batch, train.loss_on)
@@ -270,15 +289,28 @@ def train_memory_task(
             train_loss[step] = loss.item()
             if (step + 1) % train.eval_every == 0 or step + 1 == train.steps:
                 record(step + 1)
+                if checkpoint is not None and step + 1 < train.steps:
+                    state = TrainingState(
+                        step=step + 1,
+                        model=model.state_dict(),
+                        optimizer=optimizer.state_dict(),
+                        batch_rng=train_rng.bit_generator.state,
+                        torch_rng=torch.get_rng_state(),
+                        train_loss=train_loss[: step + 1],
+                        evaluations=evaluations,
+                        seconds=time.perf_counter() - start,
+                    )
+                    save_training_state(checkpoint, state)
             bar.update()
     model.eval()
+    steps, losses, bit_errors, accuracies = (np.array(column) for column in zip(*evaluations, strict=True))
     return MemoryTrainResult(
         model=model,
         train_loss=train_loss,
-        eval_steps=np.array(eval_steps),
-        eval_loss=np.array([m.loss for m in eval_metrics]),
-        eval_bit_error=np.array([m.bit_error for m in eval_metrics]),
-        eval_sequence_accuracy=np.array([m.sequence_accuracy for m in eval_metrics]),
+        eval_steps=steps.astype(int),
+        eval_loss=losses,
+        eval_bit_error=bit_errors,
+        eval_sequence_accuracy=accuracies,
         seconds=time.perf_counter() - start,
     )
 
@@ -322,7 +354,8 @@ def train_variants(
 
     With ``out_dir``, every finished run is kept (:class:`StoredTrials`) and a run already kept under the
     same settings is loaded instead of trained again: an interrupted reproduction resumes, and
-    reproductions of different variants or seeds into one directory, one after the other, add up."""
+    reproductions of different variants or seeds into one directory, one after the other, add up. A run
+    interrupted midway continues from its last evaluation (:meth:`StoredTrials.partial_path`)."""
     store = StoredTrials(out_dir) if out_dir is not None else None
     results: dict[str, list[MemoryTrainResult]] = {}
     total, done = len(variants) * len(seeds), 0
@@ -334,9 +367,11 @@ def train_variants(
             if store is not None and (stored := store.load(task, variant_model, seed_train)) is not None:
                 result, headline = stored, f"stored run from {store.log.path}"
             else:
-                result = train_memory_task(task, variant_model, seed_train)
-                if store is not None:
+                partial = store.partial_path(task, variant_model, seed_train) if store is not None else None
+                result = train_memory_task(task, variant_model, seed_train, checkpoint=partial)
+                if store is not None and partial is not None:
                     store.save(task, variant_model, seed_train, result)
+                    partial.unlink(missing_ok=True)
                 headline = f"final eval loss {result.eval_loss[-1]:.3g}"
             results[variant].append(result)
             done += 1
@@ -395,6 +430,17 @@ class StoredTrials:
         dnc.eval()
         return MemoryTrainResult(model=dnc, seconds=float(record["seconds"]), **curves)
 
+    def _file_name(self, task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig) -> str:
+        digest = hashlib.sha256(self.key(task, model, train).encode()).hexdigest()[:10]
+        return f"{model.variant}-seed{train.seed}-{digest}.pt"
+
+    def partial_path(
+        self, task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig
+    ) -> Path:
+        """Where the unfinished run of these settings keeps its training state
+        (:mod:`recombine.experiments.dnc_trial_checkpoint`)."""
+        return self.out_dir / "trials" / "partial" / self._file_name(task, model, train)
+
     def save(
         self,
         task: MemoryTaskConfig,
@@ -403,8 +449,7 @@ class StoredTrials:
         result: MemoryTrainResult,
     ) -> None:
         key = self.key(task, model, train)
-        digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-        name = f"trials/{model.variant}-seed{train.seed}-{digest}.pt"
+        name = f"trials/{self._file_name(task, model, train)}"
         path = self.out_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
         stored = {"state_dict": result.model.state_dict()}

@@ -33,10 +33,12 @@ class MilestoneLines:
     line on stderr each time the count passes another ``1 / MILESTONES`` of ``total``, at least
     ``min_seconds`` after the start or the previous line. ``n`` is the count so far (as tqdm's)."""
 
-    def __init__(self, total: int, description: str, min_seconds: float = MIN_SECONDS_BETWEEN_LINES) -> None:
+    def __init__(
+        self, total: int, description: str, min_seconds: float = MIN_SECONDS_BETWEEN_LINES, initial: int = 0
+    ) -> None:
         self.total, self.description, self.min_seconds = total, description, min_seconds
-        self.n = 0
-        self._passed = 0
+        self.n = self._initial = initial  # a resumed loop starts at its step; the rate counts from there
+        self._passed = min(MILESTONES, initial * MILESTONES // total) if total > 0 else 0
         self._start = self._last_line = time.perf_counter()
 
     def update(self, n: int = 1) -> None:
@@ -46,7 +48,7 @@ class MilestoneLines:
         if reached > self._passed and now - self._last_line >= self.min_seconds:
             self._passed, self._last_line = reached, now
             elapsed = now - self._start
-            left = elapsed * max(self.total - self.n, 0) / self.n
+            left = elapsed * max(self.total - self.n, 0) / max(self.n - self._initial, 1)
             percent = min(100, 100 * self.n // self.total)
             print(
                 f"{self.description}: {self.n}/{self.total} steps ({percent} %), "
@@ -71,15 +73,18 @@ def _seconds(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
 
 
-def training_bar(total: int, description: str) -> tqdm | MilestoneLines:
-    """A bar over ``total`` training steps, labelled ``description`` (e.g. ``"dnc_ds seed 1"``).
+def training_bar(total: int, description: str, initial: int = 0) -> tqdm | MilestoneLines:
+    """A bar over ``total`` training steps, labelled ``description`` (e.g. ``"dnc_ds seed 1"``), starting at
+    step ``initial`` (a resumed loop).
 
     Use it as a context manager and call ``bar.update()`` once per step. On a terminal a tqdm bar;
     otherwise (a log file, a pipe, pytest's capture) :class:`MilestoneLines`."""
     stderr = sys.stderr  # looked up now: it may have been replaced since import (or be None)
     if not (stderr is not None and getattr(stderr, "isatty", None) and stderr.isatty()):
-        return MilestoneLines(total, description)
-    return tqdm(total=total, desc=description, file=sys.stderr, leave=False, dynamic_ncols=True)
+        return MilestoneLines(total, description, initial=initial)
+    return tqdm(
+        total=total, initial=initial, desc=description, file=sys.stderr, leave=False, dynamic_ncols=True
+    )
 
 
 def trial_done(

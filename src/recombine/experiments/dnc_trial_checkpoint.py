@@ -1,0 +1,82 @@
+"""Mid-run checkpoints of one DNC training run, so that a killed trial resumes instead of starting over.
+
+The DNC reproductions keep every *finished* run (:class:`~recombine.experiments.dnc_memory.StoredTrials`);
+at the thesis's A.2 sizes one run takes one to two hours on a CPU core, and a kill in its last minutes
+used to lose all of it. :func:`~recombine.experiments.dnc_memory.train_memory_task` therefore writes the
+whole training state at every evaluation to ``DIR/trials/partial/<variant>-seed<S>-<digest>.pt`` (the same
+key as the finished run's file) and continues from it when the same run is started again; the file is
+removed once the finished run is stored.
+
+What makes the continuation exact (same curves as an uninterrupted run, tested): the weights, the
+optimiser's moments, the numpy generator of the training batches (its bit-generator state), torch's RNG
+state, the training losses and evaluations so far, and the wall time already spent (so ``seconds`` stays
+the run's whole training time). The evaluation set is re-drawn from its own seed.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from recombine.runs.store import atomic_write_bytes
+
+
+@dataclass
+class TrainingState:
+    """Where a run stood after ``step`` training steps."""
+
+    step: int
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+    batch_rng: dict[str, Any]  # numpy bit-generator state of the training batches
+    torch_rng: torch.Tensor
+    train_loss: np.ndarray  # [step]
+    evaluations: list[tuple[int, float, float, float]]  # (step, loss, bit error, sequence accuracy)
+    seconds: float
+
+
+def save_training_state(path: Path, state: TrainingState) -> None:
+    """Write ``state`` to ``path`` atomically (a kill while writing keeps the previous checkpoint)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "step": state.step,
+        "model": state.model,
+        "optimizer": state.optimizer,
+        "batch_rng": json.dumps(state.batch_rng),  # a dict with 128-bit integers
+        "torch_rng": state.torch_rng,
+        "train_loss": torch.from_numpy(state.train_loss.copy()),
+        "evaluations": torch.tensor(state.evaluations, dtype=torch.float64),
+        "seconds": state.seconds,
+    }
+    atomic_write_bytes(path, lambda f: torch.save(payload, f))
+
+
+def load_training_state(path: Path) -> TrainingState | None:
+    """The state stored at ``path``, or None when there is none or it cannot be read."""
+    if not path.is_file():
+        return None
+    try:
+        payload = torch.load(path, weights_only=True)
+        batch_rng = json.loads(payload["batch_rng"])
+    except (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError):
+        return None
+    evaluations = [
+        (int(step), float(loss), float(bits), float(accuracy))
+        for step, loss, bits, accuracy in payload["evaluations"].tolist()
+    ]
+    return TrainingState(
+        step=int(payload["step"]),
+        model=payload["model"],
+        optimizer=payload["optimizer"],
+        batch_rng=batch_rng,
+        torch_rng=payload["torch_rng"],
+        train_loss=payload["train_loss"].numpy(),
+        evaluations=evaluations,
+        seconds=float(payload["seconds"]),
+    )
