@@ -364,11 +364,20 @@ def cmd_probe_dnc_trace(args: argparse.Namespace) -> int:
         variant=args.variant,
         seed=args.seed,
         steps=args.steps,
+        run_name=args.run,
         example=args.example,
         head=args.head,
     )
     print(f"written: {path}")
     return 0
+
+
+#: what a user can do after Ctrl-C, by command
+INTERRUPT_HINTS = {
+    "train": ": resume with `recombine train --resume RUN`",
+    "reproduce": ": the same command again resumes it (grids and most scripted ones keep their runs)",
+    "sweep": ": run the same command again to resume (finished trials are kept)",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -492,10 +501,13 @@ def build_parser() -> argparse.ArgumentParser:
     dnc_trace.add_argument("--variant", help="e.g. dnc_m (needed when the directory holds several)")
     dnc_trace.add_argument("--seed", type=int, help="the run's seed (needed when it holds several)")
     dnc_trace.add_argument("--steps", type=int, help="the run's training steps (when it holds several)")
+    dnc_trace.add_argument(
+        "--run", help="the run's weights file, e.g. dnc_m-seed0-1a2b3c4d5e (as errors list them)"
+    )
     dnc_trace.add_argument("--example", type=int, default=0, help="index into the seed's evaluation set")
     dnc_trace.add_argument("--head", type=int, default=0, help="read head to show")
     dnc_trace.add_argument(
-        "--out", help="PNG path (default DIR/probes/trace_<variant>_seed<S>_<steps>steps_ex<K>.png)"
+        "--out", help="figure path, .png/.pdf/.svg (default DIR/probes/trace_<run>_ex<K>.png)"
     )
     dnc_trace.set_defaults(handler=cmd_probe_dnc_trace)
 
@@ -585,7 +597,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted: resume with `recombine train --resume RUN`", file=sys.stderr)
+        print(f"interrupted{INTERRUPT_HINTS.get(args.command, '')}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into e.g. `head`, which stopped reading
         sys.stderr.close()

@@ -4,6 +4,7 @@ end-to-end run of each through the scripted-reproduction machinery."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import signal
@@ -26,7 +27,7 @@ from recombine.experiments.dnc_memory import (
     chance_loss,
     steps_to_threshold,
 )
-from recombine.experiments.dnc_trial_checkpoint import load_training_state
+from recombine.experiments.dnc_trial_checkpoint import load_training_state, save_training_state
 from recombine.experiments.scripted_reproduction import ScriptedReproduction, is_complete, run_scripted
 from recombine.tasks.memory_tasks import AssociativeRecallConfig, RepeatedCopyConfig, sample_batch
 from tiny_dnc import TINY_DNC_REPRODUCTION
@@ -224,11 +225,41 @@ def test_a_run_killed_midway_continues_from_its_last_evaluation(tmp_path: Path) 
     (checkpoint,) = partial.glob("*.pt")
     resumed_from = load_training_state(checkpoint)
     assert resumed_from is not None and 0 < resumed_from.step < 120
+    # mark the checkpoint's seconds: a run that starts over instead of resuming cannot carry them
+    resumed_from.seconds = 1e6
+    save_training_state(checkpoint, resumed_from)
 
     resumed = subprocess.run(command, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
-    assert json.loads((killed / "results.json").read_text())["runs"]
-    assert _without_seconds(json.loads((killed / "results.json").read_text())) == _without_seconds(
-        json.loads((reference / "results.json").read_text())
-    )
+    results = json.loads((killed / "results.json").read_text())
+    assert results["runs"]["dnc_ds"][0]["seconds"] >= 1e6
+    assert _without_seconds(results) == _without_seconds(json.loads((reference / "results.json").read_text()))
     assert not any(partial.glob("*.pt"))
+
+
+def test_a_checkpoint_that_does_not_fit_the_run_is_said_and_the_run_starts_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint of another model (here: weights of other shapes) under a run's name is not loaded half:
+    one line on stderr, and the run trains from the start to the curves of a run without it."""
+    from recombine.experiments.dnc_memory import (
+        MemoryTrainConfig,
+        small_dnc,
+        small_repeated_copy,
+        train_memory_task,
+    )
+
+    task = small_repeated_copy()
+    train = MemoryTrainConfig(steps=6, batch_size=2, eval_every=2, eval_size=2, optimizer="adam", lr=1e-2)
+    reference = train_memory_task(task, small_dnc("dnc"), train)
+    checkpoint = tmp_path / "partial.pt"
+    train_memory_task(
+        task, dataclasses.replace(small_dnc("dnc"), d_controller=8), train, checkpoint=checkpoint
+    )
+    state = load_training_state(checkpoint)
+    assert state is not None and state.step == 4  # the last evaluation before the end
+    capsys.readouterr()
+    again = train_memory_task(task, small_dnc("dnc"), train, checkpoint=checkpoint)
+    assert "cannot be resumed" in capsys.readouterr().err
+    np.testing.assert_array_equal(again.train_loss, reference.train_loss)
+    np.testing.assert_array_equal(again.eval_loss, reference.eval_loss)

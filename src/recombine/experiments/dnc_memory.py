@@ -74,6 +74,7 @@ from recombine.probes.dnc_traces import (
 )
 from recombine.runs.store import atomic_write_bytes
 from recombine.tasks.memory_tasks import (
+    MEMORY_TASKS,
     AssociativeRecallConfig,
     Curriculum,
     MemorySequence,
@@ -250,10 +251,13 @@ def train_memory_task(
     (:mod:`recombine.experiments.dnc_trial_checkpoint`); the caller removes it when the run is kept."""
     if train.threads:
         torch.set_num_threads(train.threads)
-    torch.manual_seed(train.seed)
-    model = build_sequence_dnc(task, model_config)
-    optimizer = make_optimizer(model, train)
-    train_rng = np.random.default_rng([train.seed, 0])
+
+    def fresh() -> tuple[DNC, torch.optim.Optimizer, np.random.Generator]:
+        torch.manual_seed(train.seed)
+        model = build_sequence_dnc(task, model_config)
+        return model, make_optimizer(model, train), np.random.default_rng([train.seed, 0])
+
+    model, optimizer, train_rng = fresh()
     eval_batch = sample_batch(task, train.eval_size, np.random.default_rng([train.seed, 1]))
     evaluations: list[tuple[int, float, float, float]] = []  # (step, loss, bit error, sequence accuracy)
     train_loss = np.zeros(train.steps)
@@ -263,15 +267,30 @@ def train_memory_task(
         metrics = evaluate(model, eval_batch, train.loss_on)
         evaluations.append((step, metrics.loss, metrics.bit_error, metrics.sequence_accuracy))
 
-    resumed = load_training_state(checkpoint) if checkpoint is not None else None
-    if resumed is not None and resumed.step < train.steps:
-        model.load_state_dict(resumed.model)
-        optimizer.load_state_dict(resumed.optimizer)
-        train_rng.bit_generator.state = resumed.batch_rng
-        torch.set_rng_state(resumed.torch_rng)
-        first_step, seconds_before = resumed.step, resumed.seconds
-        train_loss[:first_step] = resumed.train_loss
-        evaluations.extend(resumed.evaluations)
+    if checkpoint is not None and checkpoint.is_file():
+        resumed = load_training_state(checkpoint)
+        try:
+            if (
+                resumed is None
+                or not 0 < resumed.step < train.steps
+                or len(resumed.train_loss) != resumed.step
+            ):
+                raise ValueError("not a training state of this run")
+            model.load_state_dict(resumed.model)
+            optimizer.load_state_dict(resumed.optimizer)
+            train_rng.bit_generator.state = resumed.batch_rng
+            torch.set_rng_state(resumed.torch_rng)
+        except (RuntimeError, ValueError, KeyError, TypeError) as error:
+            what = f"{model_config.variant} seed {train.seed}"
+            print(
+                f"{checkpoint} cannot be resumed ({error}); training {what} from the start", file=sys.stderr
+            )
+            model, optimizer, train_rng = fresh()
+        else:
+            assert resumed is not None
+            first_step, seconds_before = resumed.step, resumed.seconds
+            train_loss[:first_step] = resumed.train_loss
+            evaluations.extend(resumed.evaluations)
     start = time.perf_counter() - seconds_before
     if first_step == 0:
         record(0)
@@ -366,6 +385,8 @@ def train_variants(
             seed_train = dataclasses.replace(train, seed=seed)
             if store is not None and (stored := store.load(task, variant_model, seed_train)) is not None:
                 result, headline = stored, f"stored run from {store.log.path}"
+                # a kill between keeping the run and removing its checkpoint leaves the checkpoint
+                store.partial_path(task, variant_model, seed_train).unlink(missing_ok=True)
             else:
                 partial = store.partial_path(task, variant_model, seed_train) if store is not None else None
                 result = train_memory_task(task, variant_model, seed_train, checkpoint=partial)
@@ -377,6 +398,10 @@ def train_variants(
             done += 1
             trial_done(done, total, f"{variant} seed {seed}", result.seconds, headline, steps=train.steps)
     return results
+
+
+class UnreadableStoredRun(Exception):
+    """A stored run's file is missing or cannot be read."""
 
 
 class StoredTrials:
@@ -410,10 +435,44 @@ class StoredTrials:
         settings = {"task": task_settings, "model": model_settings, "train": train_settings}
         return trial_key({"version": STORE_VERSION, **settings})
 
+    @staticmethod
+    def settings_from_key(key: str) -> tuple[MemoryTaskConfig, DNCSequenceConfig, MemoryTrainConfig] | None:
+        """The configs a :meth:`key` was made from (``compile_steps`` and ``threads`` at their defaults), or
+        None for a key of another store version or kind of trial."""
+        settings = json.loads(key)
+        if settings.get("version") != STORE_VERSION or not {"task", "model", "train"} <= settings.keys():
+            return None
+        task_settings = dict(settings["task"])
+        task_class = {cls.__name__: cls for cls in MEMORY_TASKS.values()}.get(task_settings.pop("kind"))
+        if task_class is None:
+            return None
+        # JSON gives the (low, high) ranges back as lists; the task configs hold no other sequences
+        task = task_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in task_settings.items()})
+        train_settings = dict(settings["train"])
+        train_settings["curriculum"] = Curriculum(**train_settings["curriculum"])
+        return task, DNCSequenceConfig(**settings["model"]), MemoryTrainConfig(**train_settings)
+
+    def finished(self) -> list[tuple[MemoryTaskConfig, DNCSequenceConfig, MemoryTrainConfig]]:
+        """The settings of every finished run recorded here (of this store version), in the log's order."""
+        runs = (self.settings_from_key(key) for key in self.log.finished())
+        return [run for run in runs if run is not None]
+
     def load(
         self, task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig
     ) -> MemoryTrainResult | None:
         """The stored run of these settings, or None: none stored, or its file unreadable (said on stderr)."""
+        try:
+            return self.read(task, model, train)
+        except UnreadableStoredRun as error:
+            what = f"{model.variant} seed {train.seed}"
+            print(f"{error}; training {what} again", file=sys.stderr, flush=True)
+            return None
+
+    def read(
+        self, task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig
+    ) -> MemoryTrainResult | None:
+        """The stored run of these settings, or None if none is stored; :class:`UnreadableStoredRun` if its
+        file cannot be read."""
         record = self.log.finished().get(self.key(task, model, train))
         if record is None:
             return None
@@ -424,9 +483,8 @@ class StoredTrials:
             dnc.load_state_dict(stored["state_dict"])
             curves = {name: stored[name].numpy() for name in _CURVES}
         except (OSError, EOFError, RuntimeError, KeyError, pickle.UnpicklingError) as error:
-            what = f"{model.variant} seed {train.seed}"
-            print(f"{path} cannot be read ({error}); training {what} again", file=sys.stderr, flush=True)
-            return None
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise UnreadableStoredRun(f"{path} cannot be read ({first_line})") from error
         dnc.eval()
         return MemoryTrainResult(model=dnc, seconds=float(record["seconds"]), **curves)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ class TrainingState:
     step: int
     model: dict[str, torch.Tensor]
     optimizer: dict[str, Any]
-    batch_rng: dict[str, Any]  # numpy bit-generator state of the training batches
+    batch_rng: Mapping[str, Any]  # numpy bit-generator state of the training batches
     torch_rng: torch.Tensor
     train_loss: np.ndarray  # [step]
     evaluations: list[tuple[int, float, float, float]]  # (step, loss, bit error, sequence accuracy)
@@ -48,7 +49,7 @@ def save_training_state(path: Path, state: TrainingState) -> None:
         "step": state.step,
         "model": state.model,
         "optimizer": state.optimizer,
-        "batch_rng": json.dumps(state.batch_rng),  # a dict with 128-bit integers
+        "batch_rng": json.dumps(dict(state.batch_rng)),  # a dict with 128-bit integers
         "torch_rng": state.torch_rng,
         "train_loss": torch.from_numpy(state.train_loss.copy()),
         "evaluations": torch.tensor(state.evaluations, dtype=torch.float64),
