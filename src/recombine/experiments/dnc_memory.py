@@ -400,6 +400,10 @@ def train_variants(
     return results
 
 
+#: the memory-task config classes by the name a stored run's key gives them
+_TASK_CLASSES_BY_NAME = {cls.__name__: cls for cls in MEMORY_TASKS.values()}
+
+
 class UnreadableStoredRun(Exception):
     """A stored run's file is missing or cannot be read."""
 
@@ -443,7 +447,7 @@ class StoredTrials:
         if settings.get("version") != STORE_VERSION or not {"task", "model", "train"} <= settings.keys():
             return None
         task_settings = dict(settings["task"])
-        task_class = {cls.__name__: cls for cls in MEMORY_TASKS.values()}.get(task_settings.pop("kind"))
+        task_class = _TASK_CLASSES_BY_NAME.get(task_settings.pop("kind"))
         if task_class is None:
             return None
         # JSON gives the (low, high) ranges back as lists; the task configs hold no other sequences
@@ -488,16 +492,17 @@ class StoredTrials:
         dnc.eval()
         return MemoryTrainResult(model=dnc, seconds=float(record["seconds"]), **curves)
 
-    def _file_name(self, task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig) -> str:
+    def run_name(self, task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig) -> str:
+        """``<variant>-seed<S>-<digest>``: the stem of the run's weights file (and of its checkpoint)."""
         digest = hashlib.sha256(self.key(task, model, train).encode()).hexdigest()[:10]
-        return f"{model.variant}-seed{train.seed}-{digest}.pt"
+        return f"{model.variant}-seed{train.seed}-{digest}"
 
     def partial_path(
         self, task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig
     ) -> Path:
         """Where the unfinished run of these settings keeps its training state
         (:mod:`recombine.experiments.dnc_trial_checkpoint`)."""
-        return self.out_dir / "trials" / "partial" / self._file_name(task, model, train)
+        return self.out_dir / "trials" / "partial" / f"{self.run_name(task, model, train)}.pt"
 
     def save(
         self,
@@ -507,7 +512,7 @@ class StoredTrials:
         result: MemoryTrainResult,
     ) -> None:
         key = self.key(task, model, train)
-        name = f"trials/{self._file_name(task, model, train)}"
+        name = f"trials/{self.run_name(task, model, train)}.pt"
         path = self.out_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
         stored = {"state_dict": result.model.state_dict()}

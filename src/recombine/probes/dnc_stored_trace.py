@@ -59,7 +59,7 @@ def stored_runs(directory: str | Path) -> list[StoredDNCRun]:
     """Every finished run recorded in ``directory/trials.jsonl``, by variant, seed and steps."""
     store = _store(directory)
     runs = [
-        StoredDNCRun(task, model, train, store.partial_path(task, model, train).stem)
+        StoredDNCRun(task, model, train, store.run_name(task, model, train))
         for task, model, train in store.finished()
     ]
     if not runs:
