@@ -263,3 +263,41 @@ def test_a_checkpoint_that_does_not_fit_the_run_is_said_and_the_run_starts_over(
     assert "cannot be resumed" in capsys.readouterr().err
     np.testing.assert_array_equal(again.train_loss, reference.train_loss)
     np.testing.assert_array_equal(again.eval_loss, reference.eval_loss)
+
+
+def test_a_run_with_more_steps_continues_the_kept_shorter_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A reproduction with ``steps=12`` into a directory holding the 6-step run of the same settings trains
+    only steps 7-12 and ends with exactly the curves of a 12-step run trained from the start; a kept run
+    without its final state (as stored before runs kept it) is said and the longer run starts over."""
+    overrides = {**TINY, "eval_every": 3, "variants": ["dnc_ds"]}
+    reference = tmp_path / "reference"
+    run_scripted(REPEAT_COPY, reference, seeds=1, overrides={**overrides, "steps": 12})
+
+    continued = tmp_path / "continued"
+    run_scripted(REPEAT_COPY, continued, seeds=1, overrides={**overrides, "steps": 6})
+    (short_file,) = (continued / "trials").glob("*.pt")
+    stored = torch.load(short_file, weights_only=True)
+    stored["training_state"]["seconds"] = 1e6  # mark it: only a continued run carries these seconds
+    torch.save(stored, short_file)
+    capsys.readouterr()
+    run_scripted(REPEAT_COPY, continued, seeds=1, overrides={**overrides, "steps": 12})
+    assert "continuing the stored 6-step run to 12 steps" in capsys.readouterr().err
+    results = json.loads((continued / "results.json").read_text())
+    assert results["runs"]["dnc_ds"][0]["seconds"] >= 1e6
+    assert _without_seconds(results) == _without_seconds(json.loads((reference / "results.json").read_text()))
+    assert len((continued / "trials.jsonl").read_text().splitlines()) == 2  # both runs kept
+
+    without_state = tmp_path / "without-state"
+    run_scripted(REPEAT_COPY, without_state, seeds=1, overrides={**overrides, "steps": 6})
+    (short_file,) = (without_state / "trials").glob("*.pt")
+    stored = torch.load(short_file, weights_only=True)
+    del stored["training_state"]
+    torch.save(stored, short_file)
+    capsys.readouterr()
+    run_scripted(REPEAT_COPY, without_state, seeds=1, overrides={**overrides, "steps": 12})
+    log = capsys.readouterr().err
+    assert "was kept without its training state" in log and "continuing" not in log
+    results = json.loads((without_state / "results.json").read_text())
+    assert _without_seconds(results) == _without_seconds(json.loads((reference / "results.json").read_text()))

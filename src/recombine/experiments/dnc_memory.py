@@ -54,6 +54,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,7 +62,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from recombine.errors import UserError, choices_hint
-from recombine.experiments.dnc_trial_checkpoint import TrainingState, load_training_state, save_training_state
+from recombine.experiments.dnc_trial_checkpoint import (
+    TrainingState,
+    load_training_state,
+    save_training_state,
+    training_state_from_payload,
+    training_state_payload,
+)
 from recombine.experiments.progress import training_bar, trial_done
 from recombine.experiments.scripted_reproduction import ScriptedReproduction
 from recombine.models.dnc import DNC
@@ -180,6 +187,8 @@ class MemoryTrainResult:
     eval_bit_error: np.ndarray  # [E]
     eval_sequence_accuracy: np.ndarray  # [E]
     seconds: float
+    # where training ended (optimiser, RNGs), to continue the run to more steps; None for a run read back
+    final_state: TrainingState | None = None
 
 
 def build_sequence_dnc(task: MemoryTaskConfig, config: DNCSequenceConfig) -> DNC:
@@ -243,12 +252,18 @@ def train_memory_task(
     model_config: DNCSequenceConfig,
     train: MemoryTrainConfig,
     checkpoint: Path | None = None,
+    continue_from: TrainingState | None = None,
 ) -> MemoryTrainResult:
     """Train a fresh DNC on ``task``; deterministic given the configs (see the module docstring).
 
     With ``checkpoint``, the training state is written there at every evaluation and, if the file already
     holds one (a killed run of the same settings), training continues from it exactly
-    (:mod:`recombine.experiments.dnc_trial_checkpoint`); the caller removes it when the run is kept."""
+    (:mod:`recombine.experiments.dnc_trial_checkpoint`); the caller removes it when the run is kept.
+    Otherwise ``continue_from``, the final state of a shorter run of the same settings, is continued:
+    nothing in the loop depends on ``train.steps`` (the curriculum counts its own steps), so the run ends
+    exactly where one trained for ``train.steps`` from the start ends. The shorter run's last evaluation
+    stays in the curves, also where it falls between two ``eval_every`` steps. The result's
+    ``final_state`` is where training ended, for a later continuation."""
     if train.threads:
         torch.set_num_threads(train.threads)
 
@@ -267,8 +282,24 @@ def train_memory_task(
         metrics = evaluate(model, eval_batch, train.loss_on)
         evaluations.append((step, metrics.loss, metrics.bit_error, metrics.sequence_accuracy))
 
+    def state_at(step: int, seconds: float) -> TrainingState:
+        return TrainingState(
+            step=step,
+            model=model.state_dict(),
+            optimizer=optimizer.state_dict(),
+            batch_rng=train_rng.bit_generator.state,
+            torch_rng=torch.get_rng_state(),
+            train_loss=train_loss[:step],
+            evaluations=evaluations,
+            seconds=seconds,
+        )
+
+    source, resumed = "", None
     if checkpoint is not None and checkpoint.is_file():
-        resumed = load_training_state(checkpoint)
+        source, resumed = f"{checkpoint}", load_training_state(checkpoint)
+    elif continue_from is not None:
+        source, resumed = f"the stored {continue_from.step}-step run", continue_from
+    if source:
         try:
             if (
                 resumed is None
@@ -282,9 +313,7 @@ def train_memory_task(
             torch.set_rng_state(resumed.torch_rng)
         except (RuntimeError, ValueError, KeyError, TypeError) as error:
             what = f"{model_config.variant} seed {train.seed}"
-            print(
-                f"{checkpoint} cannot be resumed ({error}); training {what} from the start", file=sys.stderr
-            )
+            print(f"{source} cannot be resumed ({error}); training {what} from the start", file=sys.stderr)
             model, optimizer, train_rng = fresh()
         else:
             assert resumed is not None
@@ -309,19 +338,10 @@ def train_memory_task(
             if (step + 1) % train.eval_every == 0 or step + 1 == train.steps:
                 record(step + 1)
                 if checkpoint is not None and step + 1 < train.steps:
-                    state = TrainingState(
-                        step=step + 1,
-                        model=model.state_dict(),
-                        optimizer=optimizer.state_dict(),
-                        batch_rng=train_rng.bit_generator.state,
-                        torch_rng=torch.get_rng_state(),
-                        train_loss=train_loss[: step + 1],
-                        evaluations=evaluations,
-                        seconds=time.perf_counter() - start,
-                    )
-                    save_training_state(checkpoint, state)
+                    save_training_state(checkpoint, state_at(step + 1, time.perf_counter() - start))
             bar.update()
     model.eval()
+    seconds = time.perf_counter() - start
     steps, losses, bit_errors, accuracies = (np.array(column) for column in zip(*evaluations, strict=True))
     return MemoryTrainResult(
         model=model,
@@ -330,7 +350,8 @@ def train_memory_task(
         eval_loss=losses,
         eval_bit_error=bit_errors,
         eval_sequence_accuracy=accuracies,
-        seconds=time.perf_counter() - start,
+        seconds=seconds,
+        final_state=state_at(train.steps, seconds),
     )
 
 
@@ -374,7 +395,9 @@ def train_variants(
     With ``out_dir``, every finished run is kept (:class:`StoredTrials`) and a run already kept under the
     same settings is loaded instead of trained again: an interrupted reproduction resumes, and
     reproductions of different variants or seeds into one directory, one after the other, add up. A run
-    interrupted midway continues from its last evaluation (:meth:`StoredTrials.partial_path`)."""
+    interrupted midway continues from its last evaluation (:meth:`StoredTrials.partial_path`), and a run
+    whose settings differ from a kept run's only in more ``steps`` continues that run
+    (:meth:`StoredTrials.shorter_run`)."""
     store = StoredTrials(out_dir) if out_dir is not None else None
     results: dict[str, list[MemoryTrainResult]] = {}
     total, done = len(variants) * len(seeds), 0
@@ -388,8 +411,21 @@ def train_variants(
                 # a kill between keeping the run and removing its checkpoint leaves the checkpoint
                 store.partial_path(task, variant_model, seed_train).unlink(missing_ok=True)
             else:
-                partial = store.partial_path(task, variant_model, seed_train) if store is not None else None
-                result = train_memory_task(task, variant_model, seed_train, checkpoint=partial)
+                partial, shorter = None, None
+                if store is not None:
+                    partial = store.partial_path(task, variant_model, seed_train)
+                    if not partial.is_file():
+                        shorter = store.shorter_run(task, variant_model, seed_train)
+                if shorter is not None:
+                    print(
+                        f"{variant} seed {seed}: continuing the stored {shorter.step}-step run "
+                        f"to {train.steps} steps",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                result = train_memory_task(
+                    task, variant_model, seed_train, checkpoint=partial, continue_from=shorter
+                )
                 if store is not None and partial is not None:
                     store.save(task, variant_model, seed_train, result)
                     partial.unlink(missing_ok=True)
@@ -492,6 +528,35 @@ class StoredTrials:
         dnc.eval()
         return MemoryTrainResult(model=dnc, seconds=float(record["seconds"]), **curves)
 
+    def shorter_run(
+        self, task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig
+    ) -> TrainingState | None:
+        """Where the longest kept run of these settings but fewer ``steps`` ended, to continue it to
+        ``train.steps`` (:func:`train_memory_task`'s ``continue_from``); None when there is none. A kept run
+        without its final state (stored before runs kept it) or with an unreadable file is said on stderr
+        and skipped."""
+        wanted = self.key(task, model, train)
+        shorter_steps = sorted(
+            {
+                kept.steps
+                for kept_task, kept_model, kept in self.finished()
+                if kept.steps < train.steps
+                and self.key(kept_task, kept_model, dataclasses.replace(kept, steps=train.steps)) == wanted
+            },
+            reverse=True,
+        )
+        for steps in shorter_steps:
+            record = self.log.finished()[self.key(task, model, dataclasses.replace(train, steps=steps))]
+            path = self.out_dir / record["file"]
+            try:
+                return training_state_from_payload(torch.load(path, weights_only=True)["training_state"])
+            except KeyError:
+                reason = "was kept without its training state"
+            except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as error:
+                reason = f"cannot be read ({(str(error).strip().splitlines() or [type(error).__name__])[0]})"
+            print(f"the {steps}-step run in {path} {reason}; it cannot be continued", file=sys.stderr)
+        return None
+
     def run_name(self, task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig) -> str:
         """``<variant>-seed<S>-<digest>``: the stem of the run's weights file (and of its checkpoint)."""
         digest = hashlib.sha256(self.key(task, model, train).encode()).hexdigest()[:10]
@@ -515,8 +580,10 @@ class StoredTrials:
         name = f"trials/{self.run_name(task, model, train)}.pt"
         path = self.out_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        stored = {"state_dict": result.model.state_dict()}
+        stored: dict[str, Any] = {"state_dict": result.model.state_dict()}
         stored.update({curve: torch.from_numpy(getattr(result, curve)) for curve in _CURVES})
+        if result.final_state is not None:  # lets a later reproduction with more steps continue this run
+            stored["training_state"] = training_state_payload(result.final_state)
         atomic_write_bytes(path, lambda f: torch.save(stored, f))  # complete before trials.jsonl names it
         record = {
             "file": name,

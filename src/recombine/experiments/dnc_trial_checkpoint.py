@@ -5,7 +5,9 @@ at the thesis's A.2 sizes one run takes one to two hours on a CPU core, and a ki
 used to lose all of it. :func:`~recombine.experiments.dnc_memory.train_memory_task` therefore writes the
 whole training state at every evaluation to ``DIR/trials/partial/<variant>-seed<S>-<digest>.pt`` (the same
 key as the finished run's file) and continues from it when the same run is started again; the file is
-removed once the finished run is stored.
+removed once the finished run is stored. The finished run's file embeds its final state
+(:func:`training_state_payload`), so that a later run of the same settings with more steps continues it
+(:meth:`~recombine.experiments.dnc_memory.StoredTrials.shorter_run`).
 
 What makes the continuation exact (same curves as an uninterrupted run, tested): the weights, the
 optimiser's moments, the numpy generator of the training batches (its bit-generator state), torch's RNG
@@ -42,10 +44,10 @@ class TrainingState:
     seconds: float
 
 
-def save_training_state(path: Path, state: TrainingState) -> None:
-    """Write ``state`` to ``path`` atomically (a kill while writing keeps the previous checkpoint)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
+def training_state_payload(state: TrainingState) -> dict[str, Any]:
+    """``state`` as a dict of tensors and plain values that ``torch.load(..., weights_only=True)`` reads back
+    (:func:`training_state_from_payload`); a kept run's file embeds it to be continued to more steps."""
+    return {
         "step": state.step,
         "model": state.model,
         "optimizer": state.optimizer,
@@ -55,18 +57,10 @@ def save_training_state(path: Path, state: TrainingState) -> None:
         "evaluations": torch.tensor(state.evaluations, dtype=torch.float64),
         "seconds": state.seconds,
     }
-    atomic_write_bytes(path, lambda f: torch.save(payload, f))
 
 
-def load_training_state(path: Path) -> TrainingState | None:
-    """The state stored at ``path``, or None when there is none or it cannot be read."""
-    if not path.is_file():
-        return None
-    try:
-        payload = torch.load(path, weights_only=True)
-        batch_rng = json.loads(payload["batch_rng"])
-    except (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError):
-        return None
+def training_state_from_payload(payload: Mapping[str, Any]) -> TrainingState:
+    """The inverse of :func:`training_state_payload`; KeyError or ValueError when ``payload`` is not one."""
     evaluations = [
         (int(step), float(loss), float(bits), float(accuracy))
         for step, loss, bits, accuracy in payload["evaluations"].tolist()
@@ -75,9 +69,26 @@ def load_training_state(path: Path) -> TrainingState | None:
         step=int(payload["step"]),
         model=payload["model"],
         optimizer=payload["optimizer"],
-        batch_rng=batch_rng,
+        batch_rng=json.loads(payload["batch_rng"]),
         torch_rng=payload["torch_rng"],
         train_loss=payload["train_loss"].numpy(),
         evaluations=evaluations,
         seconds=float(payload["seconds"]),
     )
+
+
+def save_training_state(path: Path, state: TrainingState) -> None:
+    """Write ``state`` to ``path`` atomically (a kill while writing keeps the previous checkpoint)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = training_state_payload(state)
+    atomic_write_bytes(path, lambda f: torch.save(payload, f))
+
+
+def load_training_state(path: Path) -> TrainingState | None:
+    """The state stored at ``path``, or None when there is none or it cannot be read."""
+    if not path.is_file():
+        return None
+    try:
+        return training_state_from_payload(torch.load(path, weights_only=True))
+    except (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError):
+        return None

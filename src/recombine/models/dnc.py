@@ -22,6 +22,7 @@ run eagerly.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -98,6 +99,12 @@ class DNC(nn.Module):
         output = self.controller_to_output(hidden) + self.reads_to_output(reads.flatten(1))
         return hidden, cell, state, output, trace
 
+
+# inductor in torch 2.13 calls its own deprecated ``torch._prims_common.check`` while compiling the step and
+# warns twice per compiled graph: noise in every log of a compiled run, about torch's code, not the caller's
+warnings.filterwarnings(
+    "ignore", message=r"`torch\._prims_common\.check` is deprecated", category=FutureWarning
+)
 
 #: compiled graphs one step function may collect (torch's default, 8, is reached by three DNC variants,
 #: training and evaluation, in one process; past it torch silently runs the step eagerly)
