@@ -108,6 +108,20 @@ def test_a_resumed_loop_starts_at_its_step_and_prints_only_the_tenths_still_ahea
     assert counts == [60, 70, 80, 90, 100]
 
 
+def test_a_postfix_is_appended_to_the_lines_after_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """``set_postfix_str`` (tqdm's name, so one loop serves both) ends the later lines with the loop's latest
+    number; the lines before it stay as they were."""
+    with MilestoneLines(10, "demo seed 0", min_seconds=0.0) as bar:
+        bar.update(5)
+        bar.set_postfix_str("eval loss 1.5")
+        bar.update(5)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and MILESTONE_LINE.match(lines[0])
+    assert lines[1].endswith(", eval loss 1.5") and MILESTONE_LINE.match(
+        lines[1].removesuffix(", eval loss 1.5")
+    )
+
+
 def test_off_a_terminal_short_loops_stay_quiet(capsys: pytest.CaptureFixture[str]) -> None:
     """``training_bar`` off a terminal: lines at most every ``MIN_SECONDS_BETWEEN_LINES``, so a loop of a
     fraction of a second prints nothing."""

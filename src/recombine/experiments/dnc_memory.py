@@ -337,6 +337,7 @@ def train_memory_task(
             train_loss[step] = loss.item()
             if (step + 1) % train.eval_every == 0 or step + 1 == train.steps:
                 record(step + 1)
+                bar.set_postfix_str(f"eval loss {evaluations[-1][1]:.3g}, bit error {evaluations[-1][2]:.3f}")
                 if checkpoint is not None and step + 1 < train.steps:
                     save_training_state(checkpoint, state_at(step + 1, time.perf_counter() - start))
             bar.update()

@@ -6,7 +6,8 @@ Two kinds, both on stderr so that stdout and the reports stay clean:
   (removed when the loop ends); otherwise (a log file of a background run) plain lines such as
   ``dnc_ds seed 1: 600/2000 steps (30 %), 61 s, ~142 s left``, at most one per tenth of the steps and
   at least 10 s apart (a loop of a few seconds prints none), so that a log shows how far a long trial
-  has got before its trial line;
+  has got before its trial line; ``set_postfix_str`` (tqdm's) appends the loop's latest number, e.g.
+  ``, eval loss 12.3``;
 * :func:`trial_done`: one line per finished trial, always printed and flushed, so that the log file of a
   long background run shows how far it got, e.g.
   ``[3/6] dnc_ds seed 1: 2000 steps, 203 s, final eval loss 0.12``.
@@ -38,6 +39,7 @@ class MilestoneLines:
     ) -> None:
         self.total, self.description, self.min_seconds = total, description, min_seconds
         self.n = self._initial = initial  # a resumed loop starts at its step; the rate counts from there
+        self.postfix = ""
         self._passed = min(MILESTONES, initial * MILESTONES // total) if total > 0 else 0
         self._start = self._last_line = time.perf_counter()
 
@@ -52,10 +54,15 @@ class MilestoneLines:
             percent = min(100, 100 * self.n // self.total)
             print(
                 f"{self.description}: {self.n}/{self.total} steps ({percent} %), "
-                f"{_seconds(elapsed)}, ~{_seconds(left)} left",
+                f"{_seconds(elapsed)}, ~{_seconds(left)} left"
+                + (f", {self.postfix}" if self.postfix else ""),
                 file=sys.stderr,
                 flush=True,
             )
+
+    def set_postfix_str(self, postfix: str = "", refresh: bool = True) -> None:
+        """Append ``postfix`` to the following lines (tqdm's method of that name; ``refresh`` is ignored)."""
+        self.postfix = postfix
 
     def close(self) -> None:
         pass
