@@ -16,3 +16,8 @@ def choices_hint(value: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(value, choices, n=3, cutoff=0.5)
     ordered = close + [c for c in choices if c not in close]
     return "valid choices: " + ", ".join(ordered)
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message, or its type's name if it has none (torch's span lines)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

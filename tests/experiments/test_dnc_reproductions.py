@@ -268,29 +268,31 @@ def test_a_checkpoint_that_does_not_fit_the_run_is_said_and_the_run_starts_over(
 def test_a_run_with_more_steps_continues_the_kept_shorter_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A reproduction with ``steps=12`` into a directory holding the 6-step run of the same settings trains
-    only steps 7-12 and ends with exactly the curves of a 12-step run trained from the start; a kept run
-    without its final state (as stored before runs kept it) is said and the longer run starts over."""
+    """A reproduction with ``steps=12`` into a directory holding the 5-step run of the same settings trains
+    only steps 6-12 and ends with exactly the curves of a 12-step run trained from the start (the 5-step
+    run's last evaluation, off the every-3-steps schedule, is not among them); a kept run without its final
+    state (as stored before runs kept it) is said and the longer run starts over."""
     overrides = {**TINY, "eval_every": 3, "variants": ["dnc_ds"]}
     reference = tmp_path / "reference"
     run_scripted(REPEAT_COPY, reference, seeds=1, overrides={**overrides, "steps": 12})
+    expected = _without_seconds(json.loads((reference / "results.json").read_text()))
 
     continued = tmp_path / "continued"
-    run_scripted(REPEAT_COPY, continued, seeds=1, overrides={**overrides, "steps": 6})
+    run_scripted(REPEAT_COPY, continued, seeds=1, overrides={**overrides, "steps": 5})
     (short_file,) = (continued / "trials").glob("*.pt")
     stored = torch.load(short_file, weights_only=True)
     stored["training_state"]["seconds"] = 1e6  # mark it: only a continued run carries these seconds
     torch.save(stored, short_file)
     capsys.readouterr()
     run_scripted(REPEAT_COPY, continued, seeds=1, overrides={**overrides, "steps": 12})
-    assert "continuing the stored 6-step run to 12 steps" in capsys.readouterr().err
+    assert "continuing the stored 5-step run to 12 steps" in capsys.readouterr().err
     results = json.loads((continued / "results.json").read_text())
     assert results["runs"]["dnc_ds"][0]["seconds"] >= 1e6
-    assert _without_seconds(results) == _without_seconds(json.loads((reference / "results.json").read_text()))
+    assert _without_seconds(results) == expected
     assert len((continued / "trials.jsonl").read_text().splitlines()) == 2  # both runs kept
 
     without_state = tmp_path / "without-state"
-    run_scripted(REPEAT_COPY, without_state, seeds=1, overrides={**overrides, "steps": 6})
+    run_scripted(REPEAT_COPY, without_state, seeds=1, overrides={**overrides, "steps": 5})
     (short_file,) = (without_state / "trials").glob("*.pt")
     stored = torch.load(short_file, weights_only=True)
     del stored["training_state"]
@@ -299,5 +301,46 @@ def test_a_run_with_more_steps_continues_the_kept_shorter_run(
     run_scripted(REPEAT_COPY, without_state, seeds=1, overrides={**overrides, "steps": 12})
     log = capsys.readouterr().err
     assert "was kept without its training state" in log and "continuing" not in log
-    results = json.loads((without_state / "results.json").read_text())
-    assert _without_seconds(results) == _without_seconds(json.loads((reference / "results.json").read_text()))
+    assert _without_seconds(json.loads((without_state / "results.json").read_text())) == expected
+
+
+def test_an_unreadable_checkpoint_of_the_longer_run_falls_back_on_the_shorter_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The longer run's own checkpoint comes first; when it cannot be read (cut short), the kept shorter run
+    is continued instead of training from step 0, and the state handed in is not changed by the training."""
+    from recombine.experiments.dnc_memory import (
+        MemoryTrainConfig,
+        StoredTrials,
+        small_dnc,
+        small_repeated_copy,
+        train_memory_task,
+    )
+
+    task, model = small_repeated_copy(), small_dnc("dnc")
+    train = MemoryTrainConfig(steps=8, batch_size=2, eval_every=2, eval_size=2)  # RMSprop: momentum buffers
+    reference = train_memory_task(task, model, train)
+    short = train_memory_task(task, model, dataclasses.replace(train, steps=4))
+    assert short.final_state is not None
+    store = StoredTrials(tmp_path)
+    store.save(task, model, dataclasses.replace(train, steps=4), short)
+    found = store.shorter_run(task, model, train)
+    assert found is not None and found.state.step == 4
+    moments_before = {k: v.clone() for k, v in found.state.optimizer["state"][0].items()}
+    checkpoint = store.partial_path(task, model, train)
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"cut short")
+    capsys.readouterr()
+    continued = train_memory_task(task, model, train, checkpoint=checkpoint, continue_from=found)
+    log = capsys.readouterr().err
+    assert "cannot be resumed" in log and "continuing the stored 4-step run to 8 steps" in log
+    np.testing.assert_array_equal(continued.train_loss, reference.train_loss)
+    np.testing.assert_array_equal(continued.eval_loss, reference.eval_loss)
+    for name, value in found.state.optimizer["state"][0].items():
+        torch.testing.assert_close(value, moments_before[name], rtol=0, atol=0)
+    # a state of another model (weights of other shapes) is said in one line, and the run starts over
+    capsys.readouterr()
+    again = train_memory_task(task, dataclasses.replace(model, d_controller=8), train, continue_from=found)
+    log = capsys.readouterr().err.splitlines()
+    assert len(log) == 2 and "cannot be resumed" in log[0] and log[1] == "training dnc seed 0 from the start"
+    assert again.eval_steps.tolist() == reference.eval_steps.tolist()

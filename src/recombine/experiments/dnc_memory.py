@@ -45,6 +45,7 @@ predicting 1/2 for every answer bit, :func:`chance_loss`); the thesis shows curv
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -61,8 +62,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from recombine.errors import UserError, choices_hint
+from recombine.errors import UserError, choices_hint, first_line
 from recombine.experiments.dnc_trial_checkpoint import (
+    StoredState,
     TrainingState,
     load_training_state,
     save_training_state,
@@ -252,18 +254,19 @@ def train_memory_task(
     model_config: DNCSequenceConfig,
     train: MemoryTrainConfig,
     checkpoint: Path | None = None,
-    continue_from: TrainingState | None = None,
+    continue_from: StoredState | None = None,
 ) -> MemoryTrainResult:
     """Train a fresh DNC on ``task``; deterministic given the configs (see the module docstring).
 
     With ``checkpoint``, the training state is written there at every evaluation and, if the file already
     holds one (a killed run of the same settings), training continues from it exactly
     (:mod:`recombine.experiments.dnc_trial_checkpoint`); the caller removes it when the run is kept.
-    Otherwise ``continue_from``, the final state of a shorter run of the same settings, is continued:
-    nothing in the loop depends on ``train.steps`` (the curriculum counts its own steps), so the run ends
-    exactly where one trained for ``train.steps`` from the start ends. The shorter run's last evaluation
-    stays in the curves, also where it falls between two ``eval_every`` steps. The result's
-    ``final_state`` is where training ended, for a later continuation."""
+    Otherwise (or if that checkpoint cannot be resumed) ``continue_from``, the final state of a shorter run of
+    the same settings, is continued: nothing in the loop depends on ``train.steps`` (the curriculum counts
+    its own steps), so the run ends with exactly the curves of one trained for ``train.steps`` from the
+    start (the shorter run's last evaluation is dropped where it falls between two ``eval_every`` steps).
+    A state that cannot be resumed is said on stderr in one line. The result's ``final_state`` is where
+    training ended, for a later continuation."""
     if train.threads:
         torch.set_num_threads(train.threads)
 
@@ -282,24 +285,27 @@ def train_memory_task(
         metrics = evaluate(model, eval_batch, train.loss_on)
         evaluations.append((step, metrics.loss, metrics.bit_error, metrics.sequence_accuracy))
 
-    def state_at(step: int, seconds: float) -> TrainingState:
+    def state_at(step: int, seconds: float) -> TrainingState:  # copies: training goes on after it
         return TrainingState(
             step=step,
-            model=model.state_dict(),
-            optimizer=optimizer.state_dict(),
+            model=copy.deepcopy(model.state_dict()),
+            optimizer=copy.deepcopy(optimizer.state_dict()),
             batch_rng=train_rng.bit_generator.state,
             torch_rng=torch.get_rng_state(),
-            train_loss=train_loss[:step],
-            evaluations=evaluations,
+            train_loss=train_loss[:step].copy(),
+            evaluations=list(evaluations),
             seconds=seconds,
         )
 
-    source, resumed = "", None
+    what = f"{model_config.variant} seed {train.seed}"
+    sources: list[tuple[str, TrainingState | None]] = []  # tried in this order
     if checkpoint is not None and checkpoint.is_file():
-        source, resumed = f"{checkpoint}", load_training_state(checkpoint)
-    elif continue_from is not None:
-        source, resumed = f"the stored {continue_from.step}-step run", continue_from
-    if source:
+        sources.append((f"{checkpoint}", load_training_state(checkpoint)))
+    if continue_from is not None:
+        sources.append(
+            (f"the stored {continue_from.state.step}-step run {continue_from.path}", continue_from.state)
+        )
+    for source, resumed in sources:
         try:
             if (
                 resumed is None
@@ -308,23 +314,32 @@ def train_memory_task(
             ):
                 raise ValueError("not a training state of this run")
             model.load_state_dict(resumed.model)
-            optimizer.load_state_dict(resumed.optimizer)
+            optimizer.load_state_dict(copy.deepcopy(resumed.optimizer))  # torch would keep its tensors
             train_rng.bit_generator.state = resumed.batch_rng
             torch.set_rng_state(resumed.torch_rng)
-        except (RuntimeError, ValueError, KeyError, TypeError) as error:
-            what = f"{model_config.variant} seed {train.seed}"
-            print(f"{source} cannot be resumed ({error}); training {what} from the start", file=sys.stderr)
+        except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as error:
+            print(f"{source} cannot be resumed ({first_line(error)})", file=sys.stderr, flush=True)
             model, optimizer, train_rng = fresh()
-        else:
-            assert resumed is not None
-            first_step, seconds_before = resumed.step, resumed.seconds
-            train_loss[:first_step] = resumed.train_loss
-            evaluations.extend(resumed.evaluations)
+            continue
+        first_step, seconds_before = resumed.step, resumed.seconds
+        train_loss[:first_step] = resumed.train_loss
+        # the runs continued agree on eval_every (it is in the key): only a shorter run's last evaluation can
+        # lie off that schedule, and a run trained this long from the start has none there
+        evaluations.extend(e for e in resumed.evaluations if e[0] % train.eval_every == 0)
+        if continue_from is not None and resumed is continue_from.state:
+            print(
+                f"{what}: continuing the stored {first_step}-step run to {train.steps} steps", file=sys.stderr
+            )
+        break
+    else:
+        if sources:
+            print(f"training {what} from the start", file=sys.stderr, flush=True)
     start = time.perf_counter() - seconds_before
     if first_step == 0:
         record(0)
     model.train()
-    with training_bar(train.steps, f"{model_config.variant} seed {train.seed}", initial=first_step) as bar:
+    with training_bar(train.steps, what, initial=first_step) as bar:
+        bar.set_postfix_str(_evaluation_postfix(evaluations[-1]))
         for step in range(first_step, train.steps):
             batch = sample_batch(train.curriculum.config_at(task, step), train.batch_size, train_rng)
             logits, _ = model(model_inputs(batch.inputs))
@@ -337,7 +352,7 @@ def train_memory_task(
             train_loss[step] = loss.item()
             if (step + 1) % train.eval_every == 0 or step + 1 == train.steps:
                 record(step + 1)
-                bar.set_postfix_str(f"eval loss {evaluations[-1][1]:.3g}, bit error {evaluations[-1][2]:.3f}")
+                bar.set_postfix_str(_evaluation_postfix(evaluations[-1]))
                 if checkpoint is not None and step + 1 < train.steps:
                     save_training_state(checkpoint, state_at(step + 1, time.perf_counter() - start))
             bar.update()
@@ -354,6 +369,11 @@ def train_memory_task(
         seconds=seconds,
         final_state=state_at(train.steps, seconds),
     )
+
+
+def _evaluation_postfix(evaluation: tuple[int, float, float, float]) -> str:
+    _, loss, bit_error, _ = evaluation
+    return f"eval loss {loss:.3g}, bit error {bit_error:.3f}"
 
 
 @torch.no_grad()
@@ -415,15 +435,8 @@ def train_variants(
                 partial, shorter = None, None
                 if store is not None:
                     partial = store.partial_path(task, variant_model, seed_train)
-                    if not partial.is_file():
+                    if load_training_state(partial) is None:  # none, or unreadable: a shorter run may do
                         shorter = store.shorter_run(task, variant_model, seed_train)
-                if shorter is not None:
-                    print(
-                        f"{variant} seed {seed}: continuing the stored {shorter.step}-step run "
-                        f"to {train.steps} steps",
-                        file=sys.stderr,
-                        flush=True,
-                    )
                 result = train_memory_task(
                     task, variant_model, seed_train, checkpoint=partial, continue_from=shorter
                 )
@@ -436,6 +449,19 @@ def train_variants(
             trial_done(done, total, f"{variant} seed {seed}", result.seconds, headline, steps=train.steps)
     return results
 
+
+#: what reading a kept run's file or the training state in it can raise: a cut or foreign file, missing or
+#: malformed entries
+UNREADABLE_STATE_ERRORS = (
+    OSError,
+    EOFError,
+    RuntimeError,
+    KeyError,
+    ValueError,
+    TypeError,
+    AttributeError,
+    pickle.UnpicklingError,
+)
 
 #: the memory-task config classes by the name a stored run's key gives them
 _TASK_CLASSES_BY_NAME = {cls.__name__: cls for cls in MEMORY_TASKS.values()}
@@ -479,19 +505,29 @@ class StoredTrials:
     @staticmethod
     def settings_from_key(key: str) -> tuple[MemoryTaskConfig, DNCSequenceConfig, MemoryTrainConfig] | None:
         """The configs a :meth:`key` was made from (``compile_steps`` and ``threads`` at their defaults), or
-        None for a key of another store version or kind of trial."""
-        settings = json.loads(key)
-        if settings.get("version") != STORE_VERSION or not {"task", "model", "train"} <= settings.keys():
+        None for a key of another store version or kind of trial, or one these configs cannot hold (a field
+        renamed or removed since the run was kept)."""
+        try:
+            settings = json.loads(key)
+            if settings.get("version") != STORE_VERSION or not {"task", "model", "train"} <= settings.keys():
+                return None
+            task_settings = dict(settings["task"])
+            task_class = _TASK_CLASSES_BY_NAME.get(task_settings.pop("kind"))
+            if task_class is None:
+                return None
+            # JSON gives the (low, high) ranges back as lists; the task configs hold no other sequences
+            task = task_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in task_settings.items()})
+            train_settings = dict(settings["train"])
+            train_settings["curriculum"] = Curriculum(**train_settings["curriculum"])
+            return task, DNCSequenceConfig(**settings["model"]), MemoryTrainConfig(**train_settings)
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            AttributeError,
+            UserError,
+        ):  # JSONDecodeError is a ValueError
             return None
-        task_settings = dict(settings["task"])
-        task_class = _TASK_CLASSES_BY_NAME.get(task_settings.pop("kind"))
-        if task_class is None:
-            return None
-        # JSON gives the (low, high) ranges back as lists; the task configs hold no other sequences
-        task = task_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in task_settings.items()})
-        train_settings = dict(settings["train"])
-        train_settings["curriculum"] = Curriculum(**train_settings["curriculum"])
-        return task, DNCSequenceConfig(**settings["model"]), MemoryTrainConfig(**train_settings)
 
     def finished(self) -> list[tuple[MemoryTaskConfig, DNCSequenceConfig, MemoryTrainConfig]]:
         """The settings of every finished run recorded here (of this store version), in the log's order."""
@@ -524,18 +560,17 @@ class StoredTrials:
             dnc.load_state_dict(stored["state_dict"])
             curves = {name: stored[name].numpy() for name in _CURVES}
         except (OSError, EOFError, RuntimeError, KeyError, pickle.UnpicklingError) as error:
-            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise UnreadableStoredRun(f"{path} cannot be read ({first_line})") from error
+            raise UnreadableStoredRun(f"{path} cannot be read ({first_line(error)})") from error
         dnc.eval()
         return MemoryTrainResult(model=dnc, seconds=float(record["seconds"]), **curves)
 
     def shorter_run(
         self, task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig
-    ) -> TrainingState | None:
+    ) -> StoredState | None:
         """Where the longest kept run of these settings but fewer ``steps`` ended, to continue it to
         ``train.steps`` (:func:`train_memory_task`'s ``continue_from``); None when there is none. A kept run
         without its final state (stored before runs kept it) or with an unreadable file is said on stderr
-        and skipped."""
+        in one line and skipped."""
         wanted = self.key(task, model, train)
         shorter_steps = sorted(
             {
@@ -550,11 +585,13 @@ class StoredTrials:
             record = self.log.finished()[self.key(task, model, dataclasses.replace(train, steps=steps))]
             path = self.out_dir / record["file"]
             try:
-                return training_state_from_payload(torch.load(path, weights_only=True)["training_state"])
-            except KeyError:
-                reason = "was kept without its training state"
-            except (OSError, EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as error:
-                reason = f"cannot be read ({(str(error).strip().splitlines() or [type(error).__name__])[0]})"
+                stored = torch.load(path, weights_only=True)
+                if "training_state" not in stored:
+                    reason = "was kept without its training state"
+                else:
+                    return StoredState(path, training_state_from_payload(stored["training_state"]))
+            except UNREADABLE_STATE_ERRORS as error:
+                reason = f"cannot be read ({first_line(error)})"
             print(f"the {steps}-step run in {path} {reason}; it cannot be continued", file=sys.stderr)
         return None
 

@@ -22,7 +22,7 @@ import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -42,6 +42,13 @@ class TrainingState:
     train_loss: np.ndarray  # [step]
     evaluations: list[tuple[int, float, float, float]]  # (step, loss, bit error, sequence accuracy)
     seconds: float
+
+
+class StoredState(NamedTuple):
+    """A training state and the file it was read from (for messages)."""
+
+    path: Path
+    state: TrainingState
 
 
 def training_state_payload(state: TrainingState) -> dict[str, Any]:
