@@ -344,3 +344,25 @@ def test_an_unreadable_checkpoint_of_the_longer_run_falls_back_on_the_shorter_ru
     log = capsys.readouterr().err.splitlines()
     assert len(log) == 2 and "cannot be resumed" in log[0] and log[1] == "training dnc seed 0 from the start"
     assert again.eval_steps.tolist() == reference.eval_steps.tolist()
+
+
+def test_keys_the_configs_cannot_hold_are_skipped_not_fatal(tmp_path: Path) -> None:
+    """A trials.jsonl line whose key names a field the configs no longer have (renamed since it was kept), or
+    that is no JSON at all, is passed over when the store lists its runs or looks for a shorter one."""
+    from recombine.experiments.dnc_memory import (
+        STORE_VERSION,
+        MemoryTrainConfig,
+        StoredTrials,
+        small_dnc,
+        small_repeated_copy,
+    )
+
+    task, model, train = small_repeated_copy(), small_dnc("dnc"), MemoryTrainConfig(steps=8)
+    store = StoredTrials(tmp_path)
+    stale = json.loads(store.key(task, model, dataclasses.replace(train, steps=4)))
+    assert stale["version"] == STORE_VERSION
+    stale["train"]["renamed_field"] = stale["train"].pop("grad_clip")
+    store.log.add(json.dumps(stale), {"file": "trials/missing.pt"})
+    store.log.add("not json", {"file": "trials/missing.pt"})
+    assert store.finished() == []
+    assert store.shorter_run(task, model, train) is None

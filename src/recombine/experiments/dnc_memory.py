@@ -520,13 +520,8 @@ class StoredTrials:
             train_settings = dict(settings["train"])
             train_settings["curriculum"] = Curriculum(**train_settings["curriculum"])
             return task, DNCSequenceConfig(**settings["model"]), MemoryTrainConfig(**train_settings)
-        except (
-            ValueError,
-            TypeError,
-            KeyError,
-            AttributeError,
-            UserError,
-        ):  # JSONDecodeError is a ValueError
+        # no JSON (JSONDecodeError is a ValueError), missing entries, fields the configs no longer have
+        except (ValueError, TypeError, KeyError, AttributeError, UserError):
             return None
 
     def finished(self) -> list[tuple[MemoryTaskConfig, DNCSequenceConfig, MemoryTrainConfig]]:
