@@ -61,6 +61,11 @@ BAD_INPUTS = [
         ["reproduce", "selection", "grid=hnet-goals"],
         "must name a grid reproduction; 'hnet-goals' is scripted",
     ),
+    (
+        ["reproduce", "hnet-goals", "--jobs", "2"],
+        "hnet-goals trains its runs one after another; --jobs is for",
+    ),
+    (["reproduce", "dnc-repeat-copy", "--jobs", "0"], "jobs must be >= 1; got 0"),
     (["report", "/nonexistent/dir"], "does not exist"),
     (["archive", "/nonexistent/dir", "archived"], "is not a reproduction or sweep directory"),
     (["frobnicate"], "invalid choice"),

@@ -134,14 +134,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                 f"--models and --columns pick cells of grid reproductions; "
                 f"{args.name} takes overrides instead"
             )
-        report = run_scripted(
-            reproduction,
-            out,
-            args.seeds,
-            args.quick,
-            run_config.parse_overrides(args.overrides),
-            on_event=_print_event,
-        )
+        overrides = run_config.parse_overrides(args.overrides)
+        if args.jobs != 1:  # a scripted reproduction takes it as its `jobs` field, if it has one
+            if "jobs" not in {f.name for f in dataclasses.fields(reproduction.config_class)}:
+                raise UserError(
+                    f"{args.name} trains its runs one after another; --jobs is for grid reproductions"
+                )
+            overrides.setdefault("jobs", args.jobs)
+        report = run_scripted(reproduction, out, args.seeds, args.quick, overrides, on_event=_print_event)
         print(report.read_text())
         print(f"report: {report}, data: {out / 'results.json'}")
         return 0
@@ -415,7 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--quick", action="store_true", help="a few hundred steps: checks the pipeline only"
     )
     reproduce.add_argument("--out", help="output directory (default runs/reproduce-NAME)")
-    reproduce.add_argument("--jobs", type=int, default=1, help="runs in parallel (each on one thread)")
+    reproduce.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs in parallel (each on one thread; grids and the DNC reproductions)",
+    )
     reproduce.add_argument("--models", help="comma-separated row labels to run (default: all rows)")
     reproduce.add_argument("--columns", help="comma-separated column names to run (default: all columns)")
     reproduce.set_defaults(handler=cmd_reproduce)

@@ -366,3 +366,36 @@ def test_keys_the_configs_cannot_hold_are_skipped_not_fatal(tmp_path: Path) -> N
     store.log.add("not json", {"file": "trials/missing.pt"})
     assert store.finished() == []
     assert store.shorter_run(task, model, train) is None
+
+
+def test_runs_trained_side_by_side_equal_runs_trained_one_after_another(tmp_path: Path) -> None:
+    """``--jobs 2`` (config field ``jobs``): the runs train in two worker processes, this process keeps them
+    as they finish, and the curves equal those of the same reproduction run one run at a time."""
+    overrides = {**TINY, "steps": 6, "variants": ["dnc", "dnc_ds"], "seeds": [0, 1]}
+    one_by_one, side_by_side = tmp_path / "one-by-one", tmp_path / "side-by-side"
+    run_scripted(REPEAT_COPY, one_by_one, overrides=overrides)
+    command = [sys.executable, "-m", "recombine", "reproduce", "dnc-repeat-copy", "--jobs", "2", "--out"]
+    command += [str(side_by_side), *(f"{k}={json.dumps(v)}" for k, v in overrides.items())]
+    finished = subprocess.run(command, capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stderr.count("final eval loss") == 4  # four runs trained, none read back
+    results = json.loads((side_by_side / "results.json").read_text())
+    assert results["config"]["jobs"] == 2
+    assert _without_seconds(results) == _without_seconds(
+        json.loads((one_by_one / "results.json").read_text())
+    )
+    assert len((side_by_side / "trials.jsonl").read_text().splitlines()) == 4
+
+
+def test_with_jobs_the_runs_train_in_worker_processes(tmp_path: Path) -> None:
+    """A run sets its process's torch thread count (``threads``): with ``jobs=2`` this process's count stays
+    as it was, so the runs trained elsewhere; with ``jobs=1`` it is the run's."""
+    before = torch.get_num_threads()
+    try:
+        for jobs, expected in [(2, 2), (1, 1)]:
+            torch.set_num_threads(2)
+            overrides = {**TINY, "variants": ["dnc", "dnc_ds"], "seeds": [0], "threads": 1, "jobs": jobs}
+            run_scripted(REPEAT_COPY, tmp_path / f"jobs-{jobs}", overrides=overrides)
+            assert torch.get_num_threads() == expected
+    finally:
+        torch.set_num_threads(before)

@@ -49,10 +49,12 @@ import copy
 import dataclasses
 import hashlib
 import json
+import multiprocessing
 import pickle
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,7 +73,7 @@ from recombine.experiments.dnc_trial_checkpoint import (
     training_state_from_payload,
     training_state_payload,
 )
-from recombine.experiments.progress import training_bar, trial_done
+from recombine.experiments.progress import progress_as_lines, training_bar, trial_done
 from recombine.experiments.scripted_reproduction import ScriptedReproduction
 from recombine.models.dnc import DNC
 from recombine.models.layers.dnc_memory import DNCMemoryConfig
@@ -403,6 +405,18 @@ def small_dnc(variant: str) -> DNCSequenceConfig:
     return DNCSequenceConfig(variant=variant, d_controller=32, n_cells=6, cell_width=16, n_read_heads=1)
 
 
+@dataclass(frozen=True)
+class _RunToTrain:
+    """One (variant, seed) run that is not kept yet, with where it may start from."""
+
+    variant: str
+    seed: int
+    model: DNCSequenceConfig
+    train: MemoryTrainConfig
+    checkpoint: Path | None
+    continue_from: StoredState | None
+
+
 def train_variants(
     task: MemoryTaskConfig,
     model: DNCSequenceConfig,
@@ -410,6 +424,7 @@ def train_variants(
     variants: Sequence[str],
     seeds: Sequence[int],
     out_dir: Path | None = None,
+    jobs: int = 1,
 ) -> dict[str, list[MemoryTrainResult]]:
     """Train every variant with every seed, variant by variant; one progress line per finished run.
 
@@ -418,36 +433,66 @@ def train_variants(
     reproductions of different variants or seeds into one directory, one after the other, add up. A run
     interrupted midway continues from its last evaluation (:meth:`StoredTrials.partial_path`), and a run
     whose settings differ from a kept run's only in more ``steps`` continues that run
-    (:meth:`StoredTrials.shorter_run`)."""
+    (:meth:`StoredTrials.shorter_run`). With ``jobs > 1``, up to ``jobs`` runs train at once, each in a
+    process of its own (:func:`_train_runs`); this process alone writes the store, as runs finish."""
     store = StoredTrials(out_dir) if out_dir is not None else None
-    results: dict[str, list[MemoryTrainResult]] = {}
+    results: dict[str, dict[int, MemoryTrainResult]] = {variant: {} for variant in variants}
     total, done = len(variants) * len(seeds), 0
+
+    def finished(variant: str, seed: int, result: MemoryTrainResult, headline: str) -> None:
+        nonlocal done
+        results[variant][seed] = result
+        done += 1
+        trial_done(done, total, f"{variant} seed {seed}", result.seconds, headline, steps=train.steps)
+
+    to_train: list[_RunToTrain] = []
     for variant in variants:
-        results[variant] = []
         for seed in seeds:
             variant_model = dataclasses.replace(model, variant=variant)
             seed_train = dataclasses.replace(train, seed=seed)
-            if store is not None and (stored := store.load(task, variant_model, seed_train)) is not None:
-                result, headline = stored, f"stored run from {store.log.path}"
+            if store is None:
+                to_train.append(_RunToTrain(variant, seed, variant_model, seed_train, None, None))
+            elif (stored := store.load(task, variant_model, seed_train)) is not None:
                 # a kill between keeping the run and removing its checkpoint leaves the checkpoint
                 store.partial_path(task, variant_model, seed_train).unlink(missing_ok=True)
+                finished(variant, seed, stored, f"stored run from {store.log.path}")
             else:
-                partial, shorter = None, None
-                if store is not None:
-                    partial = store.partial_path(task, variant_model, seed_train)
-                    if load_training_state(partial) is None:  # none, or unreadable: a shorter run may do
-                        shorter = store.shorter_run(task, variant_model, seed_train)
-                result = train_memory_task(
-                    task, variant_model, seed_train, checkpoint=partial, continue_from=shorter
-                )
-                if store is not None and partial is not None:
-                    store.save(task, variant_model, seed_train, result)
-                    partial.unlink(missing_ok=True)
-                headline = f"final eval loss {result.eval_loss[-1]:.3g}"
-            results[variant].append(result)
-            done += 1
-            trial_done(done, total, f"{variant} seed {seed}", result.seconds, headline, steps=train.steps)
-    return results
+                partial, shorter = store.partial_path(task, variant_model, seed_train), None
+                if load_training_state(partial) is None:  # none, or unreadable: a shorter run may do
+                    shorter = store.shorter_run(task, variant_model, seed_train)
+                to_train.append(_RunToTrain(variant, seed, variant_model, seed_train, partial, shorter))
+    for run, result in _train_runs(task, to_train, jobs):
+        if store is not None and run.checkpoint is not None:
+            store.save(task, run.model, run.train, result)
+            run.checkpoint.unlink(missing_ok=True)
+        finished(run.variant, run.seed, result, f"final eval loss {result.eval_loss[-1]:.3g}")
+    return {variant: [results[variant][seed] for seed in seeds] for variant in variants}
+
+
+def _train_runs(
+    task: MemoryTaskConfig, runs: list[_RunToTrain], jobs: int
+) -> Iterator[tuple[_RunToTrain, MemoryTrainResult]]:
+    """Train ``runs``, yielding each with its result as it finishes: one after another, or with ``jobs > 1``
+    up to ``jobs`` at once in fresh ("spawn") processes, whose progress goes to stderr as lines. Each run
+    sets its own thread count (``train.threads``) and seeds, so it trains as it would alone. If one run
+    fails, the runs not started are cancelled and the error is raised once the started ones end (their
+    checkpoints let the next start resume them)."""
+    if jobs <= 1 or len(runs) <= 1:
+        for run in runs:
+            yield run, train_memory_task(task, run.model, run.train, run.checkpoint, run.continue_from)
+        return
+    context = multiprocessing.get_context("spawn")  # no fork of a process with torch's thread pools
+    with ProcessPoolExecutor(min(jobs, len(runs)), mp_context=context, initializer=progress_as_lines) as pool:
+        futures = {
+            pool.submit(train_memory_task, task, run.model, run.train, run.checkpoint, run.continue_from): run
+            for run in runs
+        }
+        try:
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 #: what reading a kept run's file or the training state in it can raise: a cut or foreign file, missing or
@@ -776,11 +821,14 @@ class DNCComparisonConfig:
     # where it is several times faster after 30-50 s of compiling per batch size
     # (benchmarks/results/dnc_compile.json); off for --quick, where compiling would dominate
     compile_steps: bool = False
+    jobs: int = 1  # runs trained at once, each in a process of its own with `threads` threads
 
     def __post_init__(self) -> None:
         _check_variants(self.variants)
         if not self.seeds:
             raise UserError("need at least one seed")
+        if self.jobs < 1:
+            raise UserError(f"jobs must be >= 1; got {self.jobs}")
         if not 0.0 < self.threshold_fraction < 1.0 or self.smooth < 1:
             raise UserError("threshold_fraction must be in (0, 1) and smooth >= 1")
         self.task()  # validates the task fields
@@ -904,7 +952,7 @@ def _run_reproduction(
     out.mkdir(parents=True, exist_ok=True)
     task = config.task()
     model, train = _model_and_train(config)
-    results = train_variants(task, model, train, config.variants, config.seeds, out)
+    results = train_variants(task, model, train, config.variants, config.seeds, out, jobs=config.jobs)
     comparison = VariantComparison(results, None, {}, None)
     stem = task_name.replace(" ", "_")
     comparison.loss_curve_figure = save_loss_curves(results, out / f"{stem}_loss.png", smooth=config.smooth)

@@ -80,14 +80,26 @@ def _seconds(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
 
 
+#: set in worker processes that share one terminal: their tqdm bars would overwrite each other
+_LINES_ONLY = False
+
+
+def progress_as_lines() -> None:
+    """From now on, :func:`training_bar` prints lines in this process also on a terminal (a worker process
+    of several training side by side; ``ProcessPoolExecutor(initializer=progress_as_lines)``)."""
+    global _LINES_ONLY
+    _LINES_ONLY = True
+
+
 def training_bar(total: int, description: str, initial: int = 0) -> tqdm | MilestoneLines:
     """A bar over ``total`` training steps, labelled ``description`` (e.g. ``"dnc_ds seed 1"``), starting at
     step ``initial`` (a resumed loop).
 
     Use it as a context manager and call ``bar.update()`` once per step. On a terminal a tqdm bar;
-    otherwise (a log file, a pipe, pytest's capture) :class:`MilestoneLines`."""
+    otherwise (a log file, a pipe, pytest's capture; after :func:`progress_as_lines`) lines:
+    :class:`MilestoneLines`."""
     stderr = sys.stderr  # looked up now: it may have been replaced since import (or be None)
-    if not (stderr is not None and getattr(stderr, "isatty", None) and stderr.isatty()):
+    if _LINES_ONLY or not (stderr is not None and getattr(stderr, "isatty", None) and stderr.isatty()):
         return MilestoneLines(total, description, initial=initial)
     return tqdm(
         total=total, initial=initial, desc=description, file=sys.stderr, leave=False, dynamic_ncols=True
