@@ -474,9 +474,9 @@ def _train_runs(
 ) -> Iterator[tuple[_RunToTrain, MemoryTrainResult]]:
     """Train ``runs``, yielding each with its result as it finishes: one after another, or with ``jobs > 1``
     up to ``jobs`` at once in fresh ("spawn") processes, whose progress goes to stderr as lines. Each run
-    sets its own thread count (``train.threads``) and seeds, so it trains as it would alone. If one run
-    fails, the runs not started are cancelled and the error is raised once the started ones end (their
-    checkpoints let the next start resume them)."""
+    sets its own thread count (``train.threads``) and seeds, so it trains as it would alone. If a run fails
+    or this process is interrupted, the runs not started are cancelled and the workers stopped; their
+    checkpoints let the next start resume the runs they were training."""
     if jobs <= 1 or len(runs) <= 1:
         for run in runs:
             yield run, train_memory_task(task, run.model, run.train, run.checkpoint, run.continue_from)
@@ -490,9 +490,21 @@ def _train_runs(
         try:
             for future in as_completed(futures):
                 yield futures[future], future.result()
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
+        except BaseException:  # Ctrl-C or a failed run: the runs still training would hold up the exit
+            pool.shutdown(wait=False, cancel_futures=True)
+            _stop_workers(pool)
             raise
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate ``pool``'s worker processes (their runs resume from their checkpoints). Python 3.14 has
+    ``terminate_workers``; before, the executor's process table is the only handle on them."""
+    terminate = getattr(pool, "terminate_workers", None)
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
 
 
 #: what reading a kept run's file or the training state in it can raise: a cut or foreign file, missing or
