@@ -137,7 +137,7 @@ def test_recipe_file_is_the_registered_reproduction(name: str) -> None:
         ({"experiment": "smfr-algoo"}, "experiment 'smfr-algoo' is not a scripted reproduction"),
         (
             {"experiment": "ndr-ctl"},
-            "not a scripted reproduction; valid choices: dnc-assoc-recall, dnc-repeat-copy, gdrc-images",
+            "not a scripted reproduction; valid choices: dnc-assoc-recall, dnc-key-value, dnc-repeat-copy",
         ),
         ({"experiment": "gdrc-toy", "confg": {}}, "unknown key 'confg'"),
         ({"experiment": "gdrc-toy", "seeds": 0}, "seeds must be an integer >= 1"),

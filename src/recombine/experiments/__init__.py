@@ -13,6 +13,7 @@ from recombine.experiments.block_architecture_grid import BlockArchitectureGrid
 from recombine.experiments.ctlpp_ar import CTLPP_AR
 from recombine.experiments.ctlpp_s import CTLPP_S
 from recombine.experiments.dnc_ctl import DNC_CTL
+from recombine.experiments.dnc_key_value import DNC_KEY_VALUE
 from recombine.experiments.dnc_memory import DNC_ASSOC_RECALL, DNC_REPEAT_COPY
 from recombine.experiments.gdrc_images import GDRCImagesConfig, run_gdrc_images
 from recombine.experiments.gdrc_scan import GDRC_SCAN
@@ -265,6 +266,7 @@ SCRIPTED = [
     SIM_DIFFUSION,
     DNC_REPEAT_COPY,
     DNC_ASSOC_RECALL,
+    DNC_KEY_VALUE,
     SMFR_BPMNIST,
     HNET_TEACHER,
     HNET_HYPERTEACHER,

@@ -848,6 +848,10 @@ class DNCComparisonConfig:
     def task(self) -> MemoryTaskConfig:
         raise NotImplementedError
 
+    def report_header(self) -> tuple[str, str, str]:
+        """The report's title, its line on the task and the thesis's claim."""
+        raise NotImplementedError
+
 
 @dataclass
 class DNCRepeatCopyConfig(DNCComparisonConfig):
@@ -873,6 +877,17 @@ class DNCRepeatCopyConfig(DNCComparisonConfig):
             exceed_memory=self.n_cells,
         )
 
+    def report_header(self) -> tuple[str, str, str]:
+        return (
+            "# DNC vs DNC-DS vs DNC-MDS on long repeated copy (thesis 2.3, Figs. 2.3-2.4)",
+            f"Repeated copy: {self.min_repeats}-{self.max_repeats} copies of {self.min_length}-"
+            f"{self.max_length} words of {self.width} bits, always more than {self.n_cells} words in total, "
+            "on a memory of "
+            f"{self.n_cells} cells: the memory must be freed and reused.",
+            "Thesis: DNC-DS/MDS reach a near-zero loss quickly and solve the long task, the DNC stays blurry "
+            "(Fig. 2.3); masking adds little here.",
+        )
+
 
 @dataclass
 class DNCAssocRecallConfig(DNCComparisonConfig):
@@ -888,6 +903,14 @@ class DNCAssocRecallConfig(DNCComparisonConfig):
     def task(self) -> AssociativeRecallConfig:
         return AssociativeRecallConfig(
             width=self.width, block_words=self.block_words, blocks_range=(self.min_blocks, self.max_blocks)
+        )
+
+    def report_header(self) -> tuple[str, str, str]:
+        return (
+            "# Masking speeds up associative recall: DNC vs DNC-M (thesis 2.3, Fig. 2.2a)",
+            f"Associative recall: {self.min_blocks}-{self.max_blocks} blocks of {self.block_words} words of "
+            f"{self.width} bits, then a query block; answer: the block that followed it.",
+            "Thesis: the models with masking converge faster (Fig. 2.2a, 12 seeds per model).",
         )
 
 
@@ -945,7 +968,7 @@ def run_dnc_repeat_copy(
     """Train every variant on every seed; write ``report.md``, ``results.json``, the loss curves
     (Fig. 2.3b), one memory trace per variant and the link comparison (Figs. 2.3a, 2.4)."""
     config = config or DNCRepeatCopyConfig()
-    return _run_reproduction(out_dir, config, "repeat copy", with_links=True)
+    return run_variant_comparison(out_dir, config, "repeat copy", with_links=True)
 
 
 def run_dnc_assoc_recall(
@@ -954,12 +977,15 @@ def run_dnc_assoc_recall(
     """Train every variant on every seed; write ``report.md``, ``results.json``, the loss curves
     (Fig. 2.2a) and one memory trace per variant."""
     config = config or DNCAssocRecallConfig()
-    return _run_reproduction(out_dir, config, "associative recall", with_links=False)
+    return run_variant_comparison(out_dir, config, "associative recall", with_links=False)
 
 
-def _run_reproduction(
+def run_variant_comparison(
     out_dir: str | Path, config: ReproductionConfig, task_name: str, with_links: bool
 ) -> DNCReproductionResult:
+    """Train ``config``'s variants on its task over its seeds (:func:`train_variants`) and write
+    ``report.md``, ``results.json``, the loss curves, a memory trace per variant on the first seed's first
+    evaluation sequence and, ``with_links``, the link comparison."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     task = config.task()
@@ -1028,26 +1054,7 @@ def render_dnc_report(
     reached: dict[str, list[int | None]],
     figures: list[str],
 ) -> str:
-    repeat_copy = isinstance(config, DNCRepeatCopyConfig)
-    if repeat_copy:
-        title = "# DNC vs DNC-DS vs DNC-MDS on long repeated copy (thesis 2.3, Figs. 2.3-2.4)"
-        task_line = (
-            f"Repeated copy: {config.min_repeats}-{config.max_repeats} copies of {config.min_length}-"
-            f"{config.max_length} words of {config.width} bits, always more than {config.n_cells} words in "
-            f"total, on a memory of {config.n_cells} cells: the memory must be freed and reused."
-        )
-        paper = (
-            "Thesis: DNC-DS/MDS reach a near-zero loss quickly and solve the long task, the DNC stays blurry "
-            "(Fig. 2.3); masking adds little here."
-        )
-    else:
-        title = "# Masking speeds up associative recall: DNC vs DNC-M (thesis 2.3, Fig. 2.2a)"
-        task_line = (
-            f"Associative recall: {config.min_blocks}-{config.max_blocks} blocks of "
-            f"{config.block_words} words of {config.width} bits, then a query block; answer: the block "
-            "that followed it."
-        )
-        paper = "Thesis: the models with masking converge faster (Fig. 2.2a, 12 seeds per model)."
+    title, task_line, paper = config.report_header()
     lines = [
         title,
         "",
@@ -1089,16 +1096,23 @@ def render_dnc_report(
     return "\n".join(lines)
 
 
-_QUICK = {"steps": 40, "eval_every": 20, "eval_size": 16, "smooth": 10, "compile_steps": False}
-_DEFAULTS = {"compile_steps": True}
+#: the DNC reproductions' --quick (a pipeline check, no compiling) and their published runs' settings
+DNC_REPRODUCTION_QUICK = {
+    "steps": 40,
+    "eval_every": 20,
+    "eval_size": 16,
+    "smooth": 10,
+    "compile_steps": False,
+}
+DNC_REPRODUCTION_DEFAULTS = {"compile_steps": True}
 DNC_REPEAT_COPY = ScriptedReproduction(
     "dnc-repeat-copy",
     "DNC vs DNC-DS vs DNC-MDS on repeated copy longer than the memory (thesis Figs. 2.3-2.4)",
     "Csordás thesis 2.3, Figs. 2.3-2.4",
     DNCRepeatCopyConfig,
     run_dnc_repeat_copy,
-    defaults=_DEFAULTS,
-    quick=_QUICK,
+    defaults=DNC_REPRODUCTION_DEFAULTS,
+    quick=DNC_REPRODUCTION_QUICK,
 )
 DNC_ASSOC_RECALL = ScriptedReproduction(
     "dnc-assoc-recall",
@@ -1106,6 +1120,6 @@ DNC_ASSOC_RECALL = ScriptedReproduction(
     "Csordás thesis 2.3, Fig. 2.2a",
     DNCAssocRecallConfig,
     run_dnc_assoc_recall,
-    defaults=_DEFAULTS,
-    quick=_QUICK,
+    defaults=DNC_REPRODUCTION_DEFAULTS,
+    quick=DNC_REPRODUCTION_QUICK,
 )
