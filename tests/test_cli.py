@@ -63,9 +63,11 @@ BAD_INPUTS = [
     ),
     (
         ["reproduce", "hnet-goals", "--jobs", "2"],
-        "hnet-goals trains its runs one after another; --jobs is for",
+        "hnet-goals trains its runs one after another; --jobs applies to grids",
     ),
     (["reproduce", "dnc-repeat-copy", "--jobs", "0"], "jobs must be >= 1; got 0"),
+    (["reproduce", "dnc-key-value", "--jobs", "2", "jobs=3"], "--jobs 2 and jobs=3 disagree"),
+    (["reproduce", "dnc-assoc-recall", "seeds=[0,0]"], "seeds must not repeat; got [0, 0]"),
     (["report", "/nonexistent/dir"], "does not exist"),
     (["archive", "/nonexistent/dir", "archived"], "is not a reproduction or sweep directory"),
     (["frobnicate"], "invalid choice"),

@@ -138,9 +138,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         if args.jobs != 1:  # a scripted reproduction takes it as its `jobs` field, if it has one
             if "jobs" not in {f.name for f in dataclasses.fields(reproduction.config_class)}:
                 raise UserError(
-                    f"{args.name} trains its runs one after another; --jobs is for grid reproductions"
+                    f"{args.name} trains its runs one after another; --jobs applies to grids and to scripted "
+                    "reproductions with a `jobs` field"
                 )
-            overrides.setdefault("jobs", args.jobs)
+            if overrides.setdefault("jobs", args.jobs) != args.jobs:
+                raise UserError(f"--jobs {args.jobs} and jobs={overrides['jobs']} disagree; give one of them")
         report = run_scripted(reproduction, out, args.seeds, args.quick, overrides, on_event=_print_event)
         print(report.read_text())
         print(f"report: {report}, data: {out / 'results.json'}")
@@ -419,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs",
         type=int,
         default=1,
-        help="runs in parallel (each on one thread; grids and the DNC reproductions)",
+        help="runs in parallel (each on one thread; grids and scripted reproductions with a jobs field)",
     )
     reproduce.add_argument("--models", help="comma-separated row labels to run (default: all rows)")
     reproduce.add_argument("--columns", help="comma-separated column names to run (default: all columns)")

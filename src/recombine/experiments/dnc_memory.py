@@ -491,19 +491,21 @@ def _train_runs(
             for future in as_completed(futures):
                 yield futures[future], future.result()
         except BaseException:  # Ctrl-C or a failed run: the runs still training would hold up the exit
-            pool.shutdown(wait=False, cancel_futures=True)
             _stop_workers(pool)
             raise
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Terminate ``pool``'s worker processes (their runs resume from their checkpoints). Python 3.14 has
-    ``terminate_workers``; before, the executor's process table is the only handle on them."""
+    """Cancel the runs not started and terminate ``pool``'s worker processes (their runs resume from their
+    checkpoints). Python 3.14 has ``terminate_workers``; before it, the executor's process table is the only
+    handle on them, and ``shutdown`` empties it, so it is read first."""
     terminate = getattr(pool, "terminate_workers", None)
     if terminate is not None:
         terminate()
         return
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in workers:
         process.terminate()
 
 
@@ -537,8 +539,8 @@ class StoredTrials:
     ``compile_steps`` and ``threads``: those change neither the model nor the arithmetic, only its float
     rounding, which a run near chance can amplify, so a run read back need not equal a fresh one to the
     last digit. Its line records them, with the torch version. A stored file that is missing or cannot
-    be read is reported and the run trained again. One process per directory: runs side by side go into
-    directories of their own, merged afterwards (docs/models/dnc.md)."""
+    be read is reported and the run trained again. One process writes a directory: runs side by side are
+    trained by :func:`train_variants` with ``jobs`` (``--jobs``), whose parent process alone keeps them."""
 
     def __init__(self, out_dir: Path) -> None:
         # not at the top: block_architecture_grid imports the experiments package
@@ -841,6 +843,10 @@ class DNCComparisonConfig:
             raise UserError("need at least one seed")
         if self.jobs < 1:
             raise UserError(f"jobs must be >= 1; got {self.jobs}")
+        for name in ("seeds", "variants"):
+            values = getattr(self, name)
+            if len(set(values)) != len(values):
+                raise UserError(f"{name} must not repeat; got {values}")
         if not 0.0 < self.threshold_fraction < 1.0 or self.smooth < 1:
             raise UserError("threshold_fraction must be in (0, 1) and smooth >= 1")
         self.task()  # validates the task fields
