@@ -504,7 +504,9 @@ def build_parser() -> argparse.ArgumentParser:
         "dnc-trace",
         help="memory trace of a stored DNC run: weightings, links, read modes, read mask (Figs. 2.2b-2.4)",
     )
-    dnc_trace.add_argument("directory", help="output directory of dnc-repeat-copy or dnc-assoc-recall")
+    dnc_trace.add_argument(
+        "directory", help="output directory of dnc-repeat-copy, dnc-assoc-recall or dnc-key-value"
+    )
     dnc_trace.add_argument("--variant", help="e.g. dnc_m (needed when the directory holds several)")
     dnc_trace.add_argument("--seed", type=int, help="the run's seed (needed when it holds several)")
     dnc_trace.add_argument("--steps", type=int, help="the run's training steps (when it holds several)")

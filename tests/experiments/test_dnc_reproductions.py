@@ -405,12 +405,12 @@ def test_a_failed_run_stops_the_runs_training_beside_it(tmp_path: Path) -> None:
     """With ``--jobs 2``, one run fails at its first checkpoint (its checkpoint path is a directory) while the
     other has 200,000 steps ahead of it: the reproduction ends with the failure instead of waiting for the
     other run, and nothing of either run is kept."""
-    from recombine.experiments.dnc_memory import StoredTrials, _model_and_train
+    from recombine.experiments.dnc_memory import StoredTrials, model_and_train_configs
 
     out = tmp_path / "failing"
     overrides = {**TINY, "steps": 200_000, "eval_every": 10, "variants": ["dnc", "dnc_ds"], "seeds": [0]}
     config = REPEAT_COPY.resolve_config(None, False, overrides)
-    model, train = _model_and_train(config)
+    model, train = model_and_train_configs(config)
     failing = StoredTrials(out).partial_path(config.task(), model, dataclasses.replace(train, seed=0))
     failing.mkdir(parents=True)  # the run of variant dnc cannot write its checkpoint
     command = [sys.executable, "-m", "recombine", "reproduce", "dnc-repeat-copy", "--jobs", "2", "--out"]

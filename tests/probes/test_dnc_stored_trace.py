@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 from recombine.cli import main
+from recombine.errors import UserError
 from recombine.experiments.dnc_memory import (
     DNC_ASSOC_RECALL,
     DNCReproductionResult,
+    evaluation_sequence,
     run_dnc_assoc_recall,
     trace_sequence,
 )
@@ -121,3 +123,38 @@ def test_runs_differing_only_in_other_settings_are_told_apart_by_name(
     assert main(["probe", "dnc-trace", str(directory), "--run", names[0]]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"the weights of {names[0]}: " in err and "cannot be read" in err
+
+
+def test_a_run_still_training_is_listed_and_traced_from_its_checkpoint(tmp_path: Path) -> None:
+    """A directory whose experiment.yaml names a 12-step run that has a checkpoint at step 10 (as a killed or
+    still running reproduction leaves it): the probe lists it as in progress beside the kept run, and its
+    trace is that of the model trained for 10 steps."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from recombine.experiments.dnc_memory import StoredTrials, model_and_train_configs, train_memory_task
+    from recombine.experiments.scripted_reproduction import CONFIG_FILE
+
+    out = tmp_path / "assoc-recall"
+    overrides = {**TINY, "variants": ["dnc_m"], "steps": 6, "eval_every": 2}
+    run_scripted(DNC_ASSOC_RECALL, out, seeds=1, overrides=overrides)  # kept: the 6-step run
+    longer = DNC_ASSOC_RECALL.resolve_config(1, False, {**overrides, "steps": 12})
+    (out / CONFIG_FILE).write_text(OmegaConf.to_yaml(OmegaConf.structured(longer)))
+    task, (model, train) = longer.task(), model_and_train_configs(longer)
+    model, train = dataclasses.replace(model, variant="dnc_m"), dataclasses.replace(train, seed=0)
+    checkpoint = StoredTrials(out).partial_path(task, model, train)
+    train_memory_task(task, model, train, checkpoint=checkpoint)  # its last checkpoint: step 10
+    ten_steps = train_memory_task(task, model, dataclasses.replace(train, steps=10)).model
+
+    runs = stored_runs(out)
+    assert [(run.train.steps, run.at_step) for run in runs] == [(6, None), (12, 10)]
+    assert "in progress: step 10" in runs[1].label
+    run, arrays = stored_trace(out, steps=12, example=1)
+    expected = trace_sequence(ten_steps, evaluation_sequence(task, 0, 1))
+    assert run.at_step == 10 and arrays.read_masks is not None
+    np.testing.assert_array_equal(arrays.outputs, expected.outputs)
+    np.testing.assert_array_equal(arrays.read_masks, expected.read_masks)
+    shutil.rmtree(out / "trials" / "partial")  # finished since it was listed
+    with pytest.raises(UserError, match="no stored run matches"):
+        stored_trace(out, steps=12)

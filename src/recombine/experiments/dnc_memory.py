@@ -931,7 +931,8 @@ def _check_variants(variants: list[str]) -> None:
             raise UserError(f"unknown DNC variant {variant!r}; {choices_hint(variant, VARIANTS)}")
 
 
-def _model_and_train(config: ReproductionConfig) -> tuple[DNCSequenceConfig, MemoryTrainConfig]:
+def model_and_train_configs(config: ReproductionConfig) -> tuple[DNCSequenceConfig, MemoryTrainConfig]:
+    """The model and training settings of ``config``'s runs (variant and seed still to be set per run)."""
     model = DNCSequenceConfig(
         variant=config.variants[0],
         d_controller=config.d_controller,
@@ -995,7 +996,7 @@ def run_variant_comparison(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     task = config.task()
-    model, train = _model_and_train(config)
+    model, train = model_and_train_configs(config)
     results = train_variants(task, model, train, config.variants, config.seeds, out, jobs=config.jobs)
     comparison = VariantComparison(results, None, {}, None)
     stem = task_name.replace(" ", "_")

@@ -8,14 +8,20 @@ evaluation sequence can be drawn afterwards without training: bit maps, write/re
 links, read modes (thesis Figs. 2.3a, 2.4) and, for masked models, the read mask (Fig. 2.2b). Where a
 directory holds several runs of one variant and seed (other steps or other settings), ``--steps`` or
 ``--run`` (the run's file name, as the error lists them) picks one.
+
+Runs still training are listed too: each keeps its last evaluation's weights in ``DIR/trials/partial/``
+(:mod:`~recombine.experiments.dnc_trial_checkpoint`), and the settings of those the directory's
+``experiment.yaml`` names are known, so a run of hours can be looked at midway.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from recombine.config_validation import validate_into
 from recombine.errors import UserError, choices_hint
 from recombine.probes.dnc_traces import MemoryTraceArrays, save_memory_trace
 
@@ -36,9 +42,12 @@ class StoredDNCRun:
     model: DNCSequenceConfig
     train: MemoryTrainConfig
     name: str  # the weights file's stem: <variant>-seed<S>-<digest>
+    at_step: int | None = None  # a run still training: the step of its checkpoint
 
     @property
     def label(self) -> str:
+        if self.at_step is not None:
+            return f"{self.name} ({self.train.steps} steps, in progress: step {self.at_step})"
         return f"{self.name} ({self.train.steps} steps)"
 
 
@@ -47,24 +56,71 @@ def _store(directory: str | Path) -> StoredTrials:
     from recombine.experiments.dnc_memory import StoredTrials
 
     store = StoredTrials(Path(directory))
-    if not store.log.path.is_file():
+    if not store.log.path.is_file() and not (store.out_dir / "trials" / "partial").is_dir():
         raise UserError(
             f"{directory} holds no {TRIALS_FILE}: not the output directory of a DNC reproduction "
-            "(recombine reproduce dnc-repeat-copy / dnc-assoc-recall --out DIR)"
+            "(recombine reproduce dnc-repeat-copy / dnc-assoc-recall / dnc-key-value --out DIR)"
         )
     return store
 
 
 def stored_runs(directory: str | Path) -> list[StoredDNCRun]:
-    """Every finished run recorded in ``directory/trials.jsonl``, by variant, seed and steps."""
+    """Every finished run recorded in ``directory/trials.jsonl`` and every run still training there
+    (:func:`runs_in_progress`), by variant, seed and steps."""
     store = _store(directory)
+    finished = store.finished() if store.log.path.is_file() else []
     runs = [
         StoredDNCRun(task, model, train, store.run_name(task, model, train))
-        for task, model, train in store.finished()
+        for task, model, train in finished
     ]
+    runs += runs_in_progress(directory)
     if not runs:
-        raise UserError(f"{store.log.path} records no finished DNC run of this version of recombine")
+        raise UserError(f"{directory} holds no finished or training DNC run of this version of recombine")
     return sorted(runs, key=lambda run: (run.model.variant, run.train.seed, run.train.steps, run.name))
+
+
+def runs_in_progress(directory: str | Path) -> list[StoredDNCRun]:
+    """The runs of ``directory/experiment.yaml``'s reproduction that have a checkpoint but are not kept yet.
+
+    A checkpoint's file name ends in the digest of its run's settings, so it is matched against the runs the
+    reproduction's config names (each variant and seed), under every DNC reproduction's config class: only
+    the exact settings give the same name."""
+    import yaml
+
+    from recombine.experiments import REPRODUCTIONS
+    from recombine.experiments.dnc_memory import DNCComparisonConfig, model_and_train_configs
+    from recombine.experiments.dnc_trial_checkpoint import load_training_state
+    from recombine.experiments.scripted_reproduction import CONFIG_FILE, ScriptedReproduction
+
+    store = _store(directory)
+    partial = {path.stem: path for path in (store.out_dir / "trials" / "partial").glob("*.pt")}
+    config_file = store.out_dir / CONFIG_FILE
+    if not partial or not config_file.is_file():
+        return []
+    values = yaml.safe_load(config_file.read_text())
+    config_classes = {
+        r.config_class
+        for r in REPRODUCTIONS.values()
+        if isinstance(r, ScriptedReproduction) and issubclass(r.config_class, DNCComparisonConfig)
+    }
+    runs: dict[str, StoredDNCRun] = {}
+    for config_class in sorted(config_classes, key=lambda cls: cls.__name__):
+        try:
+            config = validate_into(config_class(), values, config_file.name)
+        except UserError:  # the file is another reproduction's config
+            continue
+        task, (model, train) = config.task(), model_and_train_configs(config)
+        for variant in config.variants:
+            for seed in config.seeds:
+                run_model, run_train = (
+                    dataclasses.replace(model, variant=variant),
+                    dataclasses.replace(train, seed=seed),
+                )
+                name = store.run_name(task, run_model, run_train)
+                state = load_training_state(partial[name]) if name in partial else None
+                if state is not None:
+                    runs[name] = StoredDNCRun(task, run_model, run_train, name, at_step=state.step)
+    return list(runs.values())
 
 
 def select_run(
@@ -97,9 +153,20 @@ def select_run(
 
 
 def load_model(directory: str | Path, run: StoredDNCRun) -> DNC:
-    """The trained model of ``run``, read back through the reproduction's own store."""
-    from recombine.experiments.dnc_memory import UnreadableStoredRun
+    """The trained model of ``run``, read back through the reproduction's own store (a run still training:
+    its checkpoint's weights)."""
+    from recombine.experiments.dnc_memory import UnreadableStoredRun, build_sequence_dnc
+    from recombine.experiments.dnc_trial_checkpoint import load_training_state
 
+    if run.at_step is not None:
+        state = load_training_state(_store(directory).partial_path(run.task, run.model, run.train))
+        if state is None:  # finished (and kept) or removed since it was listed
+            raise UserError(
+                f"{run.name} has no readable checkpoint any more; it may have finished: run again"
+            )
+        model = build_sequence_dnc(run.task, run.model)
+        model.load_state_dict(state.model)
+        return model.eval()
     try:
         stored = _store(directory).read(run.task, run.model, run.train)
     except UnreadableStoredRun as error:
@@ -149,7 +216,10 @@ def draw_stored_trace(
     if not 0 <= head < run.model.n_read_heads:
         raise UserError(f"read head must be in [0, {run.model.n_read_heads - 1}]; got {head}")
     path = Path(out) if out is not None else Path(directory) / "probes" / f"trace_{run.name}_ex{example}.png"
-    title = (
-        f"{run.model.variant} seed {run.train.seed}, {run.train.steps} steps, evaluation sequence {example}"
+    steps = (
+        f"step {run.at_step} of {run.train.steps} (in progress)"
+        if run.at_step
+        else f"{run.train.steps} steps"
     )
+    title = f"{run.model.variant} seed {run.train.seed}, {steps}, evaluation sequence {example}"
     return save_memory_trace(arrays, path, head=head, title=title)
