@@ -509,7 +509,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dnc_trace.add_argument("--variant", help="e.g. dnc_m (needed when the directory holds several)")
     dnc_trace.add_argument("--seed", type=int, help="the run's seed (needed when it holds several)")
-    dnc_trace.add_argument("--steps", type=int, help="the run's training steps (when it holds several)")
+    dnc_trace.add_argument(
+        "--steps",
+        type=int,
+        help="the run's training steps, for a run still training its target (when it holds several)",
+    )
     dnc_trace.add_argument(
         "--run", help="the run's weights file, e.g. dnc_m-seed0-1a2b3c4d5e (as errors list them)"
     )

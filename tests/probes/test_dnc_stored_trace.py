@@ -22,7 +22,7 @@ from recombine.experiments.dnc_memory import (
     trace_sequence,
 )
 from recombine.experiments.scripted_reproduction import run_scripted
-from recombine.probes.dnc_stored_trace import stored_runs, stored_trace
+from recombine.probes.dnc_stored_trace import load_model, stored_runs, stored_trace
 from recombine.tasks.memory_tasks import MemorySequence, sample_batch
 from tiny_dnc import TINY_DNC_REPRODUCTION
 
@@ -155,6 +155,33 @@ def test_a_run_still_training_is_listed_and_traced_from_its_checkpoint(tmp_path:
     assert run.at_step == 10 and arrays.read_masks is not None
     np.testing.assert_array_equal(arrays.outputs, expected.outputs)
     np.testing.assert_array_equal(arrays.read_masks, expected.read_masks)
-    shutil.rmtree(out / "trials" / "partial")  # finished since it was listed
+    # a checkpoint left over beside the kept run of the same settings is not listed a second time
+    kept = StoredTrials(out).partial_path(task, model, dataclasses.replace(train, steps=6))
+    shutil.copy(checkpoint, kept)
+    assert [(run.train.steps, run.at_step) for run in stored_runs(out)] == [(6, None), (12, 10)]
+    kept.unlink()
+    # a run that finished (its checkpoint removed) after it was listed: one clear error
+    shutil.rmtree(out / "trials" / "partial")
+    with pytest.raises(UserError, match="no readable checkpoint any more"):
+        load_model(out, runs[1])
     with pytest.raises(UserError, match="no stored run matches"):
         stored_trace(out, steps=12)
+
+
+def test_an_unreadable_experiment_yaml_is_said_and_the_kept_runs_still_listed(
+    reproduction: Reproduced, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from omegaconf import OmegaConf
+
+    directory, result = reproduction
+    copy = tmp_path / "copy"
+    shutil.copytree(directory, copy)
+    (copy / "trials" / "partial").mkdir(exist_ok=True)
+    (copy / "trials" / "partial" / "dnc-seed0-0123456789.pt").write_bytes(b"not a checkpoint")
+    (copy / "experiment.yaml").write_text("")
+    capsys.readouterr()
+    assert len(stored_runs(copy)) == 4  # the kept runs
+    assert "experiment.yaml cannot be read (not a mapping of settings)" in capsys.readouterr().err
+    (copy / "experiment.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(result.config)))
+    assert len(stored_runs(copy)) == 4
+    assert "matches no run of experiment.yaml" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """``recombine probe dnc-trace DIR``: the memory trace of any stored run of a DNC reproduction.
 
-The DNC reproductions (``dnc-repeat-copy``, ``dnc-assoc-recall``) draw one trace figure per variant, of
-their first seed on the first evaluation sequence. Every finished run keeps its weights
+The DNC reproductions (``dnc-repeat-copy``, ``dnc-assoc-recall``, ``dnc-key-value``) draw one trace figure
+per variant, of their first seed on the first evaluation sequence. Every finished run keeps its weights
 (``DIR/trials/*.pt``) and its full settings (the key of its line in ``DIR/trials.jsonl``: task, model,
 training; :class:`~recombine.experiments.dnc_memory.StoredTrials`), so any other seed, variant or
 evaluation sequence can be drawn afterwards without training: bit maps, write/read weightings, forward
@@ -17,12 +17,13 @@ Runs still training are listed too: each keeps its last evaluation's weights in 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recombine.config_validation import validate_into
-from recombine.errors import UserError, choices_hint
+from recombine.errors import UserError, choices_hint, first_line
 from recombine.probes.dnc_traces import MemoryTraceArrays, save_memory_trace
 
 if TYPE_CHECKING:  # the experiments package imports the probes
@@ -36,7 +37,7 @@ FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 
 @dataclass(frozen=True)
 class StoredDNCRun:
-    """One finished run of a DNC reproduction directory and the name of its weights file."""
+    """One finished run of a DNC reproduction directory, or one still training, and its file's name."""
 
     task: MemoryTaskConfig
     model: DNCSequenceConfig
@@ -80,47 +81,71 @@ def stored_runs(directory: str | Path) -> list[StoredDNCRun]:
 
 
 def runs_in_progress(directory: str | Path) -> list[StoredDNCRun]:
-    """The runs of ``directory/experiment.yaml``'s reproduction that have a checkpoint but are not kept yet.
+    """The runs of ``directory/experiment.yaml``'s reproduction that have a checkpoint and are not kept.
 
     A checkpoint's file name ends in the digest of its run's settings, so it is matched against the runs the
     reproduction's config names (each variant and seed), under every DNC reproduction's config class: only
-    the exact settings give the same name."""
+    the exact settings give the same name. A checkpoint that matches no run of that config, or cannot be
+    read, and an ``experiment.yaml`` that cannot be read are said on stderr, one line each."""
     import yaml
 
-    from recombine.experiments import REPRODUCTIONS
-    from recombine.experiments.dnc_memory import DNCComparisonConfig, model_and_train_configs
     from recombine.experiments.dnc_trial_checkpoint import load_training_state
-    from recombine.experiments.scripted_reproduction import CONFIG_FILE, ScriptedReproduction
+    from recombine.experiments.scripted_reproduction import CONFIG_FILE
 
     store = _store(directory)
     partial = {path.stem: path for path in (store.out_dir / "trials" / "partial").glob("*.pt")}
     config_file = store.out_dir / CONFIG_FILE
-    if not partial or not config_file.is_file():
+    if not partial:
         return []
-    values = yaml.safe_load(config_file.read_text())
+    try:
+        values = yaml.safe_load(config_file.read_text())
+        if not isinstance(values, dict):
+            raise ValueError("not a mapping of settings")
+        candidates = _runs_of_config(values, config_file.name, store)
+    except (OSError, ValueError, yaml.YAMLError) as error:
+        print(
+            f"{config_file} cannot be read ({first_line(error)}): runs still training are not listed",
+            file=sys.stderr,
+        )
+        return []
+    kept = set(store.log.finished()) if store.log.path.is_file() else set()
+    runs = []
+    for name, path in sorted(partial.items()):
+        run = candidates.get(name)
+        state = load_training_state(path) if run is not None else None
+        if run is None or state is None:
+            why = "matches no run of experiment.yaml" if run is None else "cannot be read"
+            print(f"checkpoint {path} {why}: not listed", file=sys.stderr)
+        elif store.key(run.task, run.model, run.train) not in kept:  # else left over after keeping the run
+            runs.append(dataclasses.replace(run, at_step=state.step))
+    return runs
+
+
+def _runs_of_config(values: dict[str, object], where: str, store: StoredTrials) -> dict[str, StoredDNCRun]:
+    """Every run (variant x seed) of ``values`` read as each DNC reproduction's config, by run name."""
+    from recombine.experiments import REPRODUCTIONS
+    from recombine.experiments.dnc_memory import DNCComparisonConfig, model_and_train_configs
+    from recombine.experiments.scripted_reproduction import ScriptedReproduction
+
+    runs: dict[str, StoredDNCRun] = {}
     config_classes = {
         r.config_class
         for r in REPRODUCTIONS.values()
         if isinstance(r, ScriptedReproduction) and issubclass(r.config_class, DNCComparisonConfig)
     }
-    runs: dict[str, StoredDNCRun] = {}
     for config_class in sorted(config_classes, key=lambda cls: cls.__name__):
         try:
-            config = validate_into(config_class(), values, config_file.name)
-        except UserError:  # the file is another reproduction's config
+            config = validate_into(config_class(), values, where)
+            task, (model, train) = config.task(), model_and_train_configs(config)
+        except UserError:  # another reproduction's config, or settings this class refuses
             continue
-        task, (model, train) = config.task(), model_and_train_configs(config)
         for variant in config.variants:
             for seed in config.seeds:
-                run_model, run_train = (
-                    dataclasses.replace(model, variant=variant),
-                    dataclasses.replace(train, seed=seed),
-                )
+                run_model = dataclasses.replace(model, variant=variant)
+                run_train = dataclasses.replace(train, seed=seed)
                 name = store.run_name(task, run_model, run_train)
-                state = load_training_state(partial[name]) if name in partial else None
-                if state is not None:
-                    runs[name] = StoredDNCRun(task, run_model, run_train, name, at_step=state.step)
-    return list(runs.values())
+                runs[name] = StoredDNCRun(task, run_model, run_train, name)
+    return runs
 
 
 def select_run(
@@ -154,19 +179,11 @@ def select_run(
 
 def load_model(directory: str | Path, run: StoredDNCRun) -> DNC:
     """The trained model of ``run``, read back through the reproduction's own store (a run still training:
-    its checkpoint's weights)."""
-    from recombine.experiments.dnc_memory import UnreadableStoredRun, build_sequence_dnc
-    from recombine.experiments.dnc_trial_checkpoint import load_training_state
+    :func:`load_checkpoint_model`)."""
+    from recombine.experiments.dnc_memory import UnreadableStoredRun
 
     if run.at_step is not None:
-        state = load_training_state(_store(directory).partial_path(run.task, run.model, run.train))
-        if state is None:  # finished (and kept) or removed since it was listed
-            raise UserError(
-                f"{run.name} has no readable checkpoint any more; it may have finished: run again"
-            )
-        model = build_sequence_dnc(run.task, run.model)
-        model.load_state_dict(state.model)
-        return model.eval()
+        return load_checkpoint_model(directory, run)[0]
     try:
         stored = _store(directory).read(run.task, run.model, run.train)
     except UnreadableStoredRun as error:
@@ -174,6 +191,25 @@ def load_model(directory: str | Path, run: StoredDNCRun) -> DNC:
     if stored is None:  # listed a moment ago: the log changed under us
         raise UserError(f"{run.name} is no longer recorded in {directory}")
     return stored.model
+
+
+def load_checkpoint_model(directory: str | Path, run: StoredDNCRun) -> tuple[DNC, int]:
+    """The weights of ``run``'s checkpoint as it is now (training may have gone on since it was listed) and
+    the step they are from."""
+    from recombine.experiments.dnc_memory import build_sequence_dnc
+    from recombine.experiments.dnc_trial_checkpoint import load_training_state
+
+    state = load_training_state(_store(directory).partial_path(run.task, run.model, run.train))
+    if state is None:  # kept and removed, or unreadable, since it was listed
+        raise UserError(f"{run.name} has no readable checkpoint any more; it may have finished: run again")
+    model = build_sequence_dnc(run.task, run.model)
+    try:
+        model.load_state_dict(state.model)
+    except (RuntimeError, TypeError, AttributeError) as error:
+        raise UserError(
+            f"the checkpoint of {run.name} does not fit its settings ({first_line(error)})"
+        ) from None
+    return model.eval(), state.step
 
 
 def stored_trace(
@@ -192,6 +228,9 @@ def stored_trace(
     if not 0 <= example < run.train.eval_size:
         raise UserError(f"--example must be in [0, {run.train.eval_size - 1}] (the run's evaluation set)")
     sequence = evaluation_sequence(run.task, run.train.seed, example)
+    if run.at_step is not None:  # drawn as it stands now, which may be a later checkpoint than listed
+        model, step = load_checkpoint_model(directory, run)
+        return dataclasses.replace(run, at_step=step), trace_sequence(model, sequence)
     return run, trace_sequence(load_model(directory, run), sequence)
 
 
@@ -216,10 +255,7 @@ def draw_stored_trace(
     if not 0 <= head < run.model.n_read_heads:
         raise UserError(f"read head must be in [0, {run.model.n_read_heads - 1}]; got {head}")
     path = Path(out) if out is not None else Path(directory) / "probes" / f"trace_{run.name}_ex{example}.png"
-    steps = (
-        f"step {run.at_step} of {run.train.steps} (in progress)"
-        if run.at_step
-        else f"{run.train.steps} steps"
-    )
-    title = f"{run.model.variant} seed {run.train.seed}, {steps}, evaluation sequence {example}"
+    progress = f"step {run.at_step} of {run.train.steps} (in progress)"
+    trained = progress if run.at_step is not None else f"{run.train.steps} steps"
+    title = f"{run.model.variant} seed {run.train.seed}, {trained}, evaluation sequence {example}"
     return save_memory_trace(arrays, path, head=head, title=title)
