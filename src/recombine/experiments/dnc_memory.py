@@ -50,7 +50,6 @@ import dataclasses
 import hashlib
 import json
 import multiprocessing
-import pickle
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -66,6 +65,7 @@ from torch import nn
 
 from recombine.errors import UserError, choices_hint, first_line
 from recombine.experiments.dnc_trial_checkpoint import (
+    UNREADABLE_STATE_ERRORS,
     StoredState,
     TrainingState,
     load_training_state,
@@ -509,19 +509,6 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
         process.terminate()
 
 
-#: what reading a kept run's file or the training state in it can raise: a cut or foreign file, missing or
-#: malformed entries
-UNREADABLE_STATE_ERRORS = (
-    OSError,
-    EOFError,
-    RuntimeError,
-    KeyError,
-    ValueError,
-    TypeError,
-    AttributeError,
-    pickle.UnpicklingError,
-)
-
 #: the memory-task config classes by the name a stored run's key gives them
 _TASK_CLASSES_BY_NAME = {cls.__name__: cls for cls in MEMORY_TASKS.values()}
 
@@ -613,7 +600,7 @@ class StoredTrials:
             dnc = build_sequence_dnc(task, model)
             dnc.load_state_dict(stored["state_dict"])
             curves = {name: stored[name].numpy() for name in _CURVES}
-        except (OSError, EOFError, RuntimeError, KeyError, pickle.UnpicklingError) as error:
+        except UNREADABLE_STATE_ERRORS as error:
             raise UnreadableStoredRun(f"{path} cannot be read ({first_line(error)})") from error
         dnc.eval()
         return MemoryTrainResult(model=dnc, seconds=float(record["seconds"]), **curves)
@@ -888,8 +875,7 @@ class DNCRepeatCopyConfig(DNCComparisonConfig):
             "# DNC vs DNC-DS vs DNC-MDS on long repeated copy (thesis 2.3, Figs. 2.3-2.4)",
             f"Repeated copy: {self.min_repeats}-{self.max_repeats} copies of {self.min_length}-"
             f"{self.max_length} words of {self.width} bits, always more than {self.n_cells} words in total, "
-            "on a memory of "
-            f"{self.n_cells} cells: the memory must be freed and reused.",
+            f"on a memory of {self.n_cells} cells: the memory must be freed and reused.",
             "Thesis: DNC-DS/MDS reach a near-zero loss quickly and solve the long task, the DNC stays blurry "
             "(Fig. 2.3); masking adds little here.",
         )

@@ -29,6 +29,19 @@ import torch
 
 from recombine.runs.store import atomic_write_bytes
 
+#: what reading a stored file or the training state in it can raise: a cut or foreign file, missing or
+#: malformed entries (also for the kept runs' files, which embed a state)
+UNREADABLE_STATE_ERRORS = (
+    OSError,
+    EOFError,
+    RuntimeError,
+    KeyError,
+    ValueError,
+    TypeError,
+    AttributeError,
+    pickle.UnpicklingError,
+)
+
 
 @dataclass
 class TrainingState:
@@ -97,5 +110,5 @@ def load_training_state(path: Path) -> TrainingState | None:
         return None
     try:
         return training_state_from_payload(torch.load(path, weights_only=True))
-    except (OSError, EOFError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError):
+    except UNREADABLE_STATE_ERRORS:
         return None
