@@ -56,11 +56,29 @@ def _default_run_dir(config: Any) -> Path:
     return Path("runs") / f"{config.task_name}-{config.model_name}-seed{config.seed}-{stamp}"
 
 
+def _add_device_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where supervised runs train: cpu (default), cuda or cuda:N (docs/gpu.md)",
+    )
+
+
+def _refuse_device(args: argparse.Namespace, name: str) -> None:
+    """Scripted experiments (their own training loops) train on the CPU only."""
+    if args.device != "cpu":
+        raise UserError(
+            f"{name} trains in its own loop, on the CPU; --device applies to `recombine train` and to grids"
+        )
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from recombine import run_config
     from recombine.runs.store import RunDir
     from recombine.train import fit
+    from recombine.train.device import resolve_device
 
+    device = resolve_device(args.device)
     if args.resume:
         run = RunDir(args.resume)
         if args.recipe:
@@ -84,6 +102,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         resume=resume,
         progress=not args.no_progress,
         on_start=lambda: print(f"run directory: {run_dir}", file=sys.stderr),
+        device=device,
     )
     selected = ", ".join(f"{k} {v:.4f}" for k, v in result["selected"].items())
     print(f"done: step {result['best_step']} selected by {result['selection_split']}: {selected}")
@@ -116,6 +135,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from recombine.experiments.reproduction import run_grid
     from recombine.experiments.scripted_reproduction import ScriptedReproduction, run_scripted
     from recombine.runs.report import render_reproduction
+    from recombine.train.device import resolve_device
 
     if args.list:
         width = max(len(name) for name in experiments.REPRODUCTIONS)
@@ -134,6 +154,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                 f"--models and --columns pick cells of grid reproductions; "
                 f"{args.name} takes overrides instead"
             )
+        _refuse_device(args, args.name)
         overrides = run_config.parse_overrides(args.overrides)
         if args.jobs != 1:  # a scripted reproduction takes it as its `jobs` field, if it has one
             if "jobs" not in {f.name for f in dataclasses.fields(reproduction.config_class)}:
@@ -149,6 +170,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         return 0
     if args.overrides:
         raise UserError(f"{args.name} is a grid of runs; change it with a recipe (recombine sweep)")
+    resolve_device(args.device)  # before any run starts
     run_grid(
         reproduction,
         out,
@@ -158,6 +180,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         labels=_comma_list(args.models),
         on_event=_print_event,
         columns=_comma_list(args.columns),
+        device=args.device,
     )
     print(render_reproduction(out))
     print(f"report: {out / 'report.md'}, data: {out / 'results.json'}")
@@ -196,10 +219,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from recombine.experiments.reproduction import run_trials
     from recombine.experiments.scripted_reproduction import ScriptedRecipe
     from recombine.runs.report import render_reproduction
+    from recombine.train.device import resolve_device
 
     recipe = load_sweep_recipe(args.recipe)
     if isinstance(recipe, ScriptedRecipe):
         return _sweep_scripted(recipe, args)
+    resolve_device(args.device)  # before any trial starts
     executor = make_executor(args.executor, args.workers, args.address)
     seeds = recipe.seeds if args.seeds is None else args.seeds
     _check_seeds(seeds)
@@ -213,6 +238,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         labels=_comma_list(args.models),
         on_event=_print_event,
         columns=_comma_list(args.columns),
+        device=args.device,
     )
     print(render_reproduction(out, html=True))
     print(f"report: {out / 'report.md'}, {out / 'report.html'}, data: {out / 'results.json'}")
@@ -231,6 +257,7 @@ def _sweep_scripted(recipe: Any, args: argparse.Namespace) -> int:
             f"{recipe.name} runs the scripted experiment {recipe.reproduction.name} in this process; "
             "--executor ray, --models and --columns apply to grid recipes"
         )
+    _refuse_device(args, recipe.name)
     _check_seeds(args.seeds)
     out = _output_dir(args, "sweep-", recipe.name)
     report = recipe.run(out, args.seeds, args.quick, on_event=_print_event)
@@ -404,6 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue an interrupted run from its last checkpoint (train.steps=N extends a finished one)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_device_argument(train)
     train.set_defaults(handler=cmd_train)
 
     reproduce = commands.add_parser("reproduce", help="run a paper table at CPU scale and write a report")
@@ -425,6 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reproduce.add_argument("--models", help="comma-separated row labels to run (default: all rows)")
     reproduce.add_argument("--columns", help="comma-separated column names to run (default: all columns)")
+    _add_device_argument(reproduce)
     reproduce.set_defaults(handler=cmd_reproduce)
 
     inspect = commands.add_parser(
@@ -575,6 +604,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--quick", action="store_true", help="the recipe's quick_train settings")
     sweep.add_argument("--models", help="comma-separated row labels to run (default: all rows)")
     sweep.add_argument("--columns", help="comma-separated column names to run (default: all columns)")
+    _add_device_argument(sweep)
     sweep.set_defaults(handler=cmd_sweep)
 
     runs = commands.add_parser("runs", help="list and filter the runs under a directory")

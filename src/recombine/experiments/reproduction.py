@@ -244,10 +244,12 @@ def run_trials(
     labels: list[str] | None = None,
     on_event: Callable[[str], None] = lambda message: None,
     columns: list[str] | None = None,
+    device: str = "cpu",
 ) -> GridRun:
     """Write the manifest, then run every trial not yet complete on ``executor`` (default: one
-    local worker), for the rows ``labels`` and the columns ``columns`` (default: all). Failed trials
-    are recorded in their run directories, never raised."""
+    local worker), for the rows ``labels`` and the columns ``columns`` (default: all), each trial on
+    ``device`` (``cpu``, ``cuda``, ``cuda:N``; several trials may share one GPU). Failed trials are
+    recorded in their run directories, never raised."""
     executor = executor or LocalExecutor(1)
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -269,7 +271,7 @@ def run_trials(
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
     threads = 1 if executor.workers > 1 else 0  # parallel trials: one thread each
-    specs = [TrialSpec(str(out), e["run"], e["config"], threads) for e in entries]
+    specs = [TrialSpec(str(out), e["run"], e["config"], threads, device) for e in entries]
     todo = [spec for spec in specs if not is_done(spec)]
     for spec in todo:  # an archived run (no checkpoint) cannot be extended, and must not restart
         finished_at = steps_done(spec.run_path)
@@ -296,7 +298,8 @@ def run_grid(
     labels: list[str] | None = None,
     on_event: Callable[[str], None] = lambda message: None,
     columns: list[str] | None = None,
+    device: str = "cpu",
 ) -> list[dict[str, Any]]:
     """``recombine reproduce``: :func:`run_trials` on ``jobs`` local workers; the manifest entries."""
     executor = LocalExecutor(max(1, jobs))
-    return run_trials(reproduction, out, seeds, quick, executor, labels, on_event, columns).entries
+    return run_trials(reproduction, out, seeds, quick, executor, labels, on_event, columns, device).entries

@@ -33,6 +33,7 @@ class TrialSpec:
     run: str  # e.g. "runs/NDR--backward--seed1"
     config: dict[str, Any]  # nested run config (seed, task, model, train)
     threads: int = 0  # train.threads for a fresh run (0: leave the config's value)
+    device: str = "cpu"  # recombine train --device (not part of the config: see recombine.train.device)
 
     @property
     def run_path(self) -> Path:
@@ -74,6 +75,8 @@ def is_done(spec: TrialSpec) -> bool:
 def train_command(spec: TrialSpec) -> list[str]:
     run_path = spec.run_path
     command = [sys.executable, "-m", "recombine", "train", "--no-progress", "--run-dir", str(run_path)]
+    if spec.device != "cpu":
+        command += ["--device", spec.device]
     if (run_path / "config.yaml").exists():  # continue an interrupted run, or extend a finished one
         return command + ["--resume", str(run_path), f"train.steps={spec.steps}"]
     command += config_overrides(spec.config)

@@ -30,6 +30,7 @@ from recombine.errors import UserError
 from recombine.models.seq2seq_interface import PAD_ID, teacher_forcing
 from recombine.tasks.base import ClassificationSplit, Seq2SeqSplit, Split, TaskSpec
 from recombine.train.batching import PaddedSeq2SeqSplit, PaddedSplit, Seq2SeqBatch
+from recombine.train.device import CPU, to_device
 
 Prepared = TypeVar("Prepared")
 Batch = TypeVar("Batch")
@@ -45,12 +46,17 @@ class Objective(Protocol[Prepared, Batch]):
     def evaluate(self, model: nn.Module, prepared: Prepared, batch_size: int) -> dict[str, Any]: ...
 
 
-def objective_for(spec: TaskSpec, label_smoothing: float = 0.0) -> Objective[Any, Any]:
-    """The objective for ``spec.kind`` (a one-line UserError for kinds without a trainer yet)."""
+def objective_for(
+    spec: TaskSpec, label_smoothing: float = 0.0, device: torch.device = CPU
+) -> Objective[Any, Any]:
+    """The objective for ``spec.kind`` (a one-line UserError for kinds without a trainer yet).
+
+    Prepared splits stay on the CPU; ``loss`` and ``evaluate`` move each batch to ``device`` (where the
+    model is) and bring the per-example results back."""
     if spec.kind == "classify":
-        return ClassificationObjective(label_smoothing)
+        return ClassificationObjective(label_smoothing, device)
     if spec.kind == "seq2seq":
-        return Seq2SeqObjective(spec.n_classes, label_smoothing)
+        return Seq2SeqObjective(spec.n_classes, label_smoothing, device)
     raise UserError(f"training {spec.kind} tasks is not supported yet")
 
 
@@ -68,8 +74,9 @@ def _accuracy_per_group(correct: torch.Tensor, group: torch.Tensor) -> dict[str,
 class ClassificationObjective:
     """One label per sequence: cross-entropy on the model's logits ``[B, n_classes]``."""
 
-    def __init__(self, label_smoothing: float = 0.0) -> None:
+    def __init__(self, label_smoothing: float = 0.0, device: torch.device = CPU) -> None:
         self.label_smoothing = label_smoothing
+        self.device = device
 
     def prepare(self, split: Split) -> PaddedSplit:
         if not isinstance(split, ClassificationSplit):
@@ -84,7 +91,7 @@ class ClassificationObjective:
         return prepared.random_batch(size, generator, depth_balanced=balanced)
 
     def loss(self, model: nn.Module, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, int, int]:
-        tokens, lengths, targets = batch
+        tokens, lengths, targets = to_device(batch, self.device)
         logits = model(tokens, lengths)
         loss = F.cross_entropy(logits, targets, label_smoothing=self.label_smoothing)
         loss = with_auxiliary_loss(model, loss)
@@ -97,10 +104,11 @@ class ClassificationObjective:
         model.eval()
         correct = torch.zeros(len(prepared), dtype=torch.bool)
         total_loss, start = 0.0, 0
-        for tokens, lengths, targets in prepared.sequential_batches(batch_size):
+        for batch in prepared.sequential_batches(batch_size):
+            tokens, lengths, targets = to_device(batch, self.device)
             logits = model(tokens, lengths)
             total_loss += F.cross_entropy(logits, targets, reduction="sum").item()
-            correct[start : start + len(targets)] = logits.argmax(-1) == targets
+            correct[start : start + len(targets)] = (logits.argmax(-1) == targets).cpu()
             start += len(targets)
         model.train(was_training)
         return {
@@ -139,9 +147,10 @@ class Seq2SeqObjective:
     sequence exact match for evaluation (thesis C.1). Conventions: :mod:`recombine.models.seq2seq_interface`.
     """
 
-    def __init__(self, n_classes: int, label_smoothing: float = 0.0) -> None:
+    def __init__(self, n_classes: int, label_smoothing: float = 0.0, device: torch.device = CPU) -> None:
         self.n_classes = n_classes
         self.label_smoothing = label_smoothing
+        self.device = device
 
     def prepare(self, split: Split) -> PaddedSeq2SeqSplit:
         if not isinstance(split, Seq2SeqSplit):
@@ -156,13 +165,14 @@ class Seq2SeqObjective:
     def _teacher_forced(
         self, model: nn.Module, batch: Seq2SeqBatch
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(logits [B, T+1, n_classes + 1], target [B, T+1], lengths)``, ``target = y + [EOS]``."""
+        """``(logits [B, T+1, n_classes + 1], target [B, T+1], lengths)``, ``target = y + [EOS]``
+        (``batch`` already on the objective's device)."""
         decoder_input, target, length = teacher_forcing(batch.tgt, batch.tgt_len, self.n_classes)
         return model(batch.src, batch.src_len, decoder_input, length), target, length
 
     def loss(self, model: nn.Module, batch: Seq2SeqBatch) -> tuple[torch.Tensor, int, int]:
         """Mean token cross-entropy; ``n_correct`` counts teacher-forced sequence exact matches."""
-        logits, target, _ = self._teacher_forced(model, batch)
+        logits, target, _ = self._teacher_forced(model, to_device(batch, self.device))
         loss = with_auxiliary_loss(model, token_cross_entropy(logits, target, self.label_smoothing))
         predicted = logits[..., PAD_ID + 1 :].argmax(-1) + PAD_ID + 1
         all_right = ((predicted == target) | (target == PAD_ID)).all(-1)
@@ -177,14 +187,15 @@ class Seq2SeqObjective:
         correct = torch.zeros(len(prepared), dtype=torch.bool)
         total_loss, total_tokens = 0.0, 0
         # batches of similar output length: decoding runs until a batch's longest target is done
-        for index, batch in prepared.length_sorted_batches(batch_size):
+        for index, cpu_batch in prepared.length_sorted_batches(batch_size):
+            batch = to_device(cpu_batch, self.device)
             logits, target, length = self._teacher_forced(model, batch)
             total_loss += token_cross_entropy(logits, target, reduction="sum").item()
             total_tokens += int(length.sum())
             # len(y) + 1 steps (tokens + EOS) suffice: an output still running after the longest target's
             # steps is wrong whatever comes next, so decoding further cannot change the accuracy.
             tokens, lengths = model.greedy_decode(batch.src, batch.src_len, max_length=int(length.max()))
-            correct[index] = exact_match(tokens, lengths, batch.tgt, batch.tgt_len)
+            correct[index] = exact_match(tokens, lengths, batch.tgt, batch.tgt_len).cpu()
         model.train(was_training)
         return {
             "accuracy": correct.float().mean().item(),

@@ -7,8 +7,9 @@ validation and test split, select the checkpoint with the best *accuracy* on the
 split (``valid_ood``), and report the test accuracies of that checkpoint.
 
 Determinism: parameters are initialised after ``torch.manual_seed(seed)``, batches come from a
-dedicated ``torch.Generator``, and the checkpoint stores both RNG states, so a run resumed from
-``last.pt`` continues exactly as the uninterrupted run would.
+dedicated ``torch.Generator``, and the checkpoint stores both RNG states (and the GPU's, on a CUDA
+device), so a run resumed from ``last.pt`` continues exactly as the uninterrupted run would (on a CPU;
+CUDA kernels are not bit-for-bit repeatable, see :mod:`recombine.train.device`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from recombine.errors import UserError
 from recombine.run_config import RunConfig
 from recombine.runs.store import RunDir
 from recombine.tasks.base import TaskData
+from recombine.train.device import CPU, describe_device
 from recombine.train.objectives import objective_for
 from recombine.train.schedules import lr_multiplier
 
@@ -51,8 +53,10 @@ def fit(
     resume: bool = False,
     progress: bool = True,
     on_start: Callable[[], None] = lambda: None,
+    device: torch.device = CPU,
 ) -> dict[str, Any]:
-    """Train one run into ``run_dir`` (resuming from its ``last.pt`` when ``resume``).
+    """Train one run into ``run_dir`` (resuming from its ``last.pt`` when ``resume``) on ``device``
+    (see :func:`recombine.train.device.resolve_device`).
 
     ``on_start`` is called once task and model are built and the run directory is written."""
     run = RunDir(run_dir)
@@ -62,8 +66,9 @@ def fit(
     task = build_task(config)
     torch.manual_seed(config.seed)
     model = build_model(config, task)  # raises a UserError when model and task kind do not fit
+    model.to(device)  # initialised on the CPU first: the same initial weights on every device
     try:
-        objective = objective_for(task.spec, train_cfg.label_smoothing)
+        objective = objective_for(task.spec, train_cfg.label_smoothing, device)
     except UserError as e:
         raise UserError(f"{e} (task {config.task_name!r})") from None
     run.write_config(config.to_dict())
@@ -86,6 +91,8 @@ def fit(
         scheduler.load_state_dict(state["scheduler"])
         batch_generator.set_state(state["batch_rng"])
         torch.set_rng_state(state["torch_rng"])
+        if device.type == "cuda" and "cuda_rng" in state:  # dropout masks drawn on the GPU
+            torch.cuda.set_rng_state(state["cuda_rng"], device)
         step, best_accuracy, best_step, elapsed = (
             state["step"],
             state["best_accuracy"],
@@ -102,7 +109,9 @@ def fit(
     writer = SummaryWriter(str(run.path / "events"), purge_step=step if step else None)
 
     def checkpoint_state() -> dict[str, Any]:
+        gpu_rng = {"cuda_rng": torch.cuda.get_rng_state(device)} if device.type == "cuda" else {}
         return {
+            **gpu_rng,
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
@@ -186,6 +195,7 @@ def fit(
 
     result = summarise(run, selection)
     result["wall_time_s"] = time.perf_counter() - session_start
+    result["device"] = describe_device(device)  # of the session that finished the run
     run.write_result(result)
     return result
 
