@@ -63,7 +63,7 @@ BAD_INPUTS = [
     ),
     (
         ["reproduce", "hnet-goals", "--jobs", "2"],
-        "hnet-goals trains its runs one after another; --jobs applies to grids",
+        "hnet-goals has no `jobs` setting; --jobs applies to grids",
     ),
     (["reproduce", "dnc-repeat-copy", "--jobs", "0"], "jobs must be >= 1; got 0"),
     (["reproduce", "dnc-key-value", "--jobs", "2", "jobs=3"], "--jobs 2 and jobs=3 disagree"),

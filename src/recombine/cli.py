@@ -59,17 +59,38 @@ def _default_run_dir(config: Any) -> Path:
 def _add_device_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device",
-        default="cpu",
         help="where supervised runs train: cpu (default), cuda or cuda:N (docs/gpu.md)",
     )
 
 
-def _refuse_device(args: argparse.Namespace, name: str) -> None:
-    """Scripted experiments (their own training loops) train on the CPU only."""
-    if args.device != "cpu":
+def _forward_to_field(
+    name: str, option: str, value: Any, config_class: type, overrides: dict[str, Any]
+) -> None:
+    """A command-line option (``--jobs``, ``--device``) given to a scripted reproduction becomes its config
+    field of the same name, if it has one; refused in one line otherwise, or when ``field=`` disagrees."""
+    field_name = option.removeprefix("--")
+    if field_name not in {f.name for f in dataclasses.fields(config_class)}:
         raise UserError(
-            f"{name} trains in its own loop, on the CPU; --device applies to `recombine train` and to grids"
+            f"{name} has no `{field_name}` setting; {option} applies to grids and to scripted "
+            f"reproductions with a `{field_name}` field"
         )
+    if overrides.setdefault(field_name, value) != value:
+        raise UserError(
+            f"{option} {value} and {field_name}={overrides[field_name]} disagree; give one of them"
+        )
+
+
+def _scripted_overrides(args: argparse.Namespace, name: str, config_class: type) -> dict[str, Any]:
+    from recombine import run_config
+    from recombine.train.device import resolve_device
+
+    overrides = run_config.parse_overrides(args.overrides)
+    if args.jobs != 1:
+        _forward_to_field(name, "--jobs", args.jobs, config_class, overrides)
+    if args.device is not None:
+        resolve_device(args.device)
+        _forward_to_field(name, "--device", args.device, config_class, overrides)
+    return overrides
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -78,7 +99,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from recombine.train import fit
     from recombine.train.device import resolve_device
 
-    device = resolve_device(args.device)
+    device = resolve_device(args.device or "cpu")
     if args.resume:
         run = RunDir(args.resume)
         if args.recipe:
@@ -131,7 +152,7 @@ def _comma_list(text: str | None) -> list[str] | None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    from recombine import experiments, run_config
+    from recombine import experiments
     from recombine.experiments.reproduction import run_grid
     from recombine.experiments.scripted_reproduction import ScriptedReproduction, run_scripted
     from recombine.runs.report import render_reproduction
@@ -154,23 +175,15 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                 f"--models and --columns pick cells of grid reproductions; "
                 f"{args.name} takes overrides instead"
             )
-        _refuse_device(args, args.name)
-        overrides = run_config.parse_overrides(args.overrides)
-        if args.jobs != 1:  # a scripted reproduction takes it as its `jobs` field, if it has one
-            if "jobs" not in {f.name for f in dataclasses.fields(reproduction.config_class)}:
-                raise UserError(
-                    f"{args.name} trains its runs one after another; --jobs applies to grids and to scripted "
-                    "reproductions with a `jobs` field"
-                )
-            if overrides.setdefault("jobs", args.jobs) != args.jobs:
-                raise UserError(f"--jobs {args.jobs} and jobs={overrides['jobs']} disagree; give one of them")
+        overrides = _scripted_overrides(args, args.name, reproduction.config_class)
         report = run_scripted(reproduction, out, args.seeds, args.quick, overrides, on_event=_print_event)
         print(report.read_text())
         print(f"report: {report}, data: {out / 'results.json'}")
         return 0
     if args.overrides:
         raise UserError(f"{args.name} is a grid of runs; change it with a recipe (recombine sweep)")
-    resolve_device(args.device)  # before any run starts
+    device = args.device or "cpu"
+    resolve_device(device)  # before any run starts
     run_grid(
         reproduction,
         out,
@@ -180,7 +193,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         labels=_comma_list(args.models),
         on_event=_print_event,
         columns=_comma_list(args.columns),
-        device=args.device,
+        device=device,
     )
     print(render_reproduction(out))
     print(f"report: {out / 'report.md'}, data: {out / 'results.json'}")
@@ -224,8 +237,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     recipe = load_sweep_recipe(args.recipe)
     if isinstance(recipe, ScriptedRecipe):
         return _sweep_scripted(recipe, args)
-    resolve_device(args.device)  # before any trial starts
-    executor = make_executor(args.executor, args.workers, args.address)
+    device = args.device or "cpu"
+    if args.executor == "ray" and device != "cpu":
+        if device != "cuda":  # Ray hands each trial its GPU(s) as CUDA_VISIBLE_DEVICES
+            raise UserError(
+                f"--device {device}: under --executor ray Ray assigns the GPUs; use --device cuda"
+            )
+    else:
+        resolve_device(device)  # before any trial starts
+    if args.gpus_per_trial is not None and (args.executor != "ray" or device == "cpu"):
+        raise UserError("--gpus-per-trial is for --executor ray with --device cuda")
+    gpus = (1.0 if args.gpus_per_trial is None else args.gpus_per_trial) if device != "cpu" else 0.0
+    executor = make_executor(args.executor, args.workers, args.address, gpus)
     seeds = recipe.seeds if args.seeds is None else args.seeds
     _check_seeds(seeds)
     out = _output_dir(args, "sweep-", recipe.name)
@@ -238,7 +261,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         labels=_comma_list(args.models),
         on_event=_print_event,
         columns=_comma_list(args.columns),
-        device=args.device,
+        device=device,
     )
     print(render_reproduction(out, html=True))
     print(f"report: {out / 'report.md'}, {out / 'report.html'}, data: {out / 'results.json'}")
@@ -257,7 +280,13 @@ def _sweep_scripted(recipe: Any, args: argparse.Namespace) -> int:
             f"{recipe.name} runs the scripted experiment {recipe.reproduction.name} in this process; "
             "--executor ray, --models and --columns apply to grid recipes"
         )
-    _refuse_device(args, recipe.name)
+    if args.device is not None:
+        from recombine.train.device import resolve_device
+
+        resolve_device(args.device)
+        config = dict(recipe.config)
+        _forward_to_field(recipe.name, "--device", args.device, recipe.reproduction.config_class, config)
+        recipe = dataclasses.replace(recipe, config=config)
     _check_seeds(args.seeds)
     out = _output_dir(args, "sweep-", recipe.name)
     report = recipe.run(out, args.seeds, args.quick, on_event=_print_event)
@@ -599,6 +628,11 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--executor", default="local", help="local (process pool, default) or ray")
     sweep.add_argument("--workers", type=int, default=1, help="trials at once (each on one thread when > 1)")
     sweep.add_argument("--address", help="Ray cluster address (default: a local Ray instance)")
+    sweep.add_argument(
+        "--gpus-per-trial",
+        type=float,
+        help="GPUs Ray reserves per trial with --device cuda (default 1; 0.25: four trials share a GPU)",
+    )
     sweep.add_argument("--out", help="output directory (default runs/sweep-NAME)")
     sweep.add_argument("--seeds", type=int, help="seeds 1..N (default: the recipe's)")
     sweep.add_argument("--quick", action="store_true", help="the recipe's quick_train settings")

@@ -13,40 +13,18 @@ from typing import Any
 
 import pytest
 
-from conftest import TINY_RUN
 from recombine.errors import UserError
 from recombine.experiments import REPRODUCTIONS
 from recombine.experiments.executors import LocalExecutor, RayExecutor, make_executor
 from recombine.experiments.recipe import load_sweep_recipe, reproduction_from_recipe
 from recombine.experiments.reproduction import run_trials
 from recombine.experiments.trial import TrialSpec, train_command
-from recombine.run_config import parse_overrides
 from recombine.runs.listing import find_runs
 from recombine.runs.report import collect, render
 from recombine.runs.trial_record import read_failure
+from tiny_grid import tiny_recipe
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-
-
-def tiny_recipe(variants: list[dict[str, Any]], seeds: int = 1) -> dict[str, Any]:
-    """A one-column CTL recipe at the scale of conftest.TINY_RUN."""
-    tiny = parse_overrides(TINY_RUN)
-    task = {key: value for key, value in tiny["task"].items() if key != "name"}
-    model = {key: value for key, value in tiny["model"].items() if key != "name"}
-    return {
-        "name": "tiny",
-        "task": "ctl",
-        "columns": {"fwd": task},
-        "variants": [
-            {"label": v["label"], "model": {"name": "ndr", **model, **v.get("model", {})}}
-            | ({"train": v["train"]} if "train" in v else {})
-            for v in variants
-        ],
-        "seeds": seeds,
-        "train": tiny["train"],
-        "paper": {variants[0]["label"]: {"fwd": {"mean": 0.5, "std": 0.25}}},
-        "success_threshold": 0.1,
-    }
 
 
 @pytest.mark.parametrize(

@@ -19,12 +19,17 @@ from conftest import TINY_RUN
 from recombine import models, run_config, tasks
 from recombine.cli import main
 from recombine.errors import UserError
+from recombine.experiments.executors import make_executor
+from recombine.experiments.recipe import reproduction_from_recipe
+from recombine.experiments.reproduction import run_trials
 from recombine.experiments.trial import TrialSpec, train_command
 from recombine.runs.store import RunDir
 from recombine.train.batching import Seq2SeqBatch
 from recombine.train.device import resolve_device, to_device
 from recombine.train.objectives import objective_for
+from tiny_grid import tiny_recipe
 
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
@@ -46,10 +51,63 @@ def test_cuda_without_a_gpu_is_one_line_and_exit_2(
     assert not (tmp_path / "r").exists()  # refused before the run directory is made
 
 
-def test_scripted_reproductions_refuse_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["reproduce", "dnc-repeat-copy", "--quick", "--device", "cuda"]) == 2
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+
+
+@no_cuda
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["reproduce", "ndr-ctl", "--quick", "--device", "cuda"],  # a grid
+        ["reproduce", "selection", "--quick", "--device", "cuda"],  # a scripted one with a device field
+        ["sweep", "recipes/ndr-ctl-gpu.yaml", "--quick", "--device", "cuda"],
+    ],
+)
+def test_grids_without_a_gpu_are_refused_before_training(
+    command: list[str], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    command[1] = str(RECIPES.parent / command[1]) if command[1].endswith(".yaml") else command[1]
+    assert main([*command, "--out", str(tmp_path / "grid")]) == 2
     error = capsys.readouterr().err.strip()
-    assert "\n" not in error and "on the CPU" in error
+    assert "\n" not in error and "no CUDA GPU" in error
+    assert not (tmp_path / "grid").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["reproduce", "dnc-repeat-copy", "--quick", "--device", "cpu"], "has no `device` setting"),
+        (["reproduce", "masks-scan", "--quick", "--device", "cpu", "device=cuda"], "disagree"),
+        (["sweep", "recipes/ndr-ctl-gpu.yaml", "--device", "cpu", "--gpus-per-trial", "1"], "--executor ray"),
+        (["sweep", "recipes/ndr-ctl-gpu.yaml", "--executor", "ray", "--device", "cuda:1"], "Ray assigns"),
+    ],
+)
+def test_device_options_that_do_not_apply_are_one_line(
+    command: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    command[1] = str(RECIPES.parent / command[1]) if command[1].endswith(".yaml") else command[1]
+    assert main([*command, "--out", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and message in error
+
+
+@no_cuda
+def test_a_trial_gets_the_grids_device(tmp_path: Path) -> None:
+    """The device travels from the grid to each trial's ``recombine train``: without a GPU, a trial asked
+    to train on one fails with train's own error line."""
+    recipe = reproduction_from_recipe(tiny_recipe([{"label": "gpu", "train": {"steps": 20}}]))
+    grid = run_trials(recipe, tmp_path, seeds=1, quick=False, device="cuda")
+    (outcome,) = grid.outcomes
+    assert not outcome.ok and "no CUDA GPU" in outcome.reason
+
+
+@pytest.mark.slow
+@no_cuda
+def test_ray_refuses_gpu_trials_on_a_cluster_without_gpus(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    recipe = reproduction_from_recipe(tiny_recipe([{"label": "gpu", "train": {"steps": 20}}]))
+    with pytest.raises(UserError, match="reserves 1 GPU"):
+        run_trials(recipe, tmp_path, seeds=1, quick=False, executor=make_executor("ray", 1, None, 1.0))
 
 
 def test_to_device_keeps_named_tuples_and_plain_tuples() -> None:

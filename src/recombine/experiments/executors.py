@@ -5,11 +5,12 @@ Both run the same function, :func:`recombine.experiments.trial.run_trial`, and y
 
 - ``local``: a pool of ``workers`` threads on this machine, each waiting on one ``recombine train``
   child process (so ``workers`` trainings run at once, each in its own process).
-- ``ray``: each trial is a Ray task (1 CPU, no retries) on the cluster at ``address``, or on a local
-  Ray instance started for the sweep (``workers`` CPUs) and stopped after it. At most ``workers``
-  trials are in flight. Ray workers must see the grid directory at the same path (a shared file
-  system on a real cluster). A Ray task that dies (its worker process killed) is recorded as a
-  failed trial by the driver.
+- ``ray``: each trial is a Ray task (1 CPU and ``gpus_per_trial`` GPUs, no retries) on the cluster at
+  ``address``, or on a local Ray instance started for the sweep (``workers`` CPUs, the GPUs Ray finds)
+  and stopped after it. At most ``workers`` trials are in flight. A trial that reserves GPUs sees only
+  those (Ray sets its ``CUDA_VISIBLE_DEVICES``), so it trains with ``--device cuda``. Ray workers must
+  see the grid directory at the same path (a shared file system on a real cluster). A Ray task that
+  dies (its worker process killed) is recorded as a failed trial by the driver.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class LocalExecutor:
 class RayExecutor:
     workers: int = 1
     address: str | None = None  # None: a local Ray instance with `workers` CPUs
+    gpus_per_trial: float = 0.0  # > 0 for trials that train with --device cuda
 
     def run(self, specs: list[TrialSpec], trial: TrialFunction = run_trial) -> Iterator[TrialOutcome]:
         if not specs:
@@ -69,7 +71,13 @@ class RayExecutor:
             else:
                 ray.init(num_cpus=max(1, self.workers), include_dashboard=False, log_to_driver=False)
         try:
-            remote_trial = ray.remote(num_cpus=1, max_retries=0)(trial)
+            gpus = ray.cluster_resources().get("GPU", 0.0)
+            if self.gpus_per_trial > gpus:  # Ray would keep the trials waiting for ever
+                raise UserError(
+                    f"--device cuda: each trial reserves {self.gpus_per_trial:g} GPU(s) "
+                    f"but the Ray cluster has {gpus:g}"
+                )
+            remote_trial = ray.remote(num_cpus=1, num_gpus=self.gpus_per_trial, max_retries=0)(trial)
             waiting = list(specs)
             in_flight: dict[object, tuple[TrialSpec, float]] = {}
             while waiting or in_flight:
@@ -91,13 +99,18 @@ class RayExecutor:
                 ray.shutdown()
 
 
-def make_executor(name: str, workers: int = 1, address: str | None = None) -> Executor:
+def make_executor(
+    name: str, workers: int = 1, address: str | None = None, gpus_per_trial: float = 0.0
+) -> Executor:
+    """``gpus_per_trial``: what a Ray trial reserves (trials of a local executor share the GPUs they name)."""
     if workers < 1:
         raise UserError(f"--workers must be >= 1, got {workers}")
+    if gpus_per_trial < 0:
+        raise UserError(f"--gpus-per-trial must be >= 0, got {gpus_per_trial:g}")
     if name == "local":
         if address:
             raise UserError("--address is for the ray executor; drop it or use --executor ray")
         return LocalExecutor(workers)
     if name == "ray":
-        return RayExecutor(workers, address)
+        return RayExecutor(workers, address, gpus_per_trial)
     raise UserError(f"unknown executor {name!r}; {choices_hint(name, EXECUTORS)}")

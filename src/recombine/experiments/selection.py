@@ -34,6 +34,7 @@ from recombine.runs.selection import (
     selection_results,
     summary_table,
 )
+from recombine.train.device import resolve_device
 
 
 @dataclass
@@ -45,6 +46,7 @@ class SelectionConfig:
     columns: list[str] = field(default_factory=lambda: ["cutoff-26"])  # its columns
     train: dict[str, Any] = field(default_factory=lambda: {"eval_every": 250})  # overrides of its training
     jobs: int = 1  # runs in parallel
+    device: str = "cpu"  # where the grid's runs train (cpu, cuda, cuda:N; docs/gpu.md)
     source: str = ""  # an existing grid directory to analyse instead of training
     patience: int = 5  # evaluations without improvement before early stopping (Kim and Linzen 2020)
     iid_split: str = "valid_iid"
@@ -87,9 +89,11 @@ def run_selection(out_dir: Path, config: SelectionConfig) -> Path:
     else:
         grid_dir = out_dir / "grid"
         reproduction = _grid(config)
+        resolve_device(config.device)  # before any run starts
         grid = run_trials(
             reproduction, grid_dir, seeds=len(config.seeds), quick=False,
             executor=LocalExecutor(config.jobs), labels=config.models or None, on_event=_print,
+            device=config.device,
         )  # fmt: skip
         if grid.failed:
             failed = ", ".join(f"{o.run} ({o.reason})" for o in grid.failed)

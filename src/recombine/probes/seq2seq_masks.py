@@ -164,8 +164,9 @@ def exact_match_accuracy(
 ) -> float:
     """Sequence exact match of greedy decoding on ``split`` (thesis C.1; the objective's evaluation).
 
-    ``model`` is a seq2seq model or a :class:`MaskedSeq2Seq`."""
-    return float(Seq2SeqObjective(n_classes).evaluate(model, split, batch_size)["accuracy"])
+    ``model`` is a seq2seq model or a :class:`MaskedSeq2Seq`; batches go to the device of its parameters."""
+    device = next(model.parameters()).device
+    return float(Seq2SeqObjective(n_classes, device=device).evaluate(model, split, batch_size)["accuracy"])
 
 
 def subset(split: PaddedSeq2SeqSplit, n: int, seed: int) -> PaddedSeq2SeqSplit:
