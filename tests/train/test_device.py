@@ -110,6 +110,14 @@ def test_ray_refuses_gpu_trials_on_a_cluster_without_gpus(tmp_path: Path) -> Non
         run_trials(recipe, tmp_path, seeds=1, quick=False, executor=make_executor("ray", 1, None, 1.0))
 
 
+def test_a_run_records_where_it_trained(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert main(["train", "--no-progress", "--run-dir", str(run), *TINY_RUN, "train.steps=20"]) == 0
+    assert main(["train", "--no-progress", "--resume", str(run), "train.steps=40"]) == 0
+    result = json.loads((run / "result.json").read_text())
+    assert result["device"] == "cpu" and result["devices"] == [{"from_step": 0, "device": "cpu"}]
+
+
 def test_to_device_keeps_named_tuples_and_plain_tuples() -> None:
     batch = Seq2SeqBatch(*(torch.arange(3) for _ in range(5)))
     moved = to_device(batch, torch.device("cpu"))
@@ -201,6 +209,8 @@ def test_a_gpu_run_resumes_and_is_read_on_the_cpu(tmp_path: Path) -> None:
     assert main(["train", "--no-progress", "--resume", str(run), "train.steps=80"]) == 0
     result = json.loads((run / "result.json").read_text())
     assert result["device"] == "cpu" and result["steps"] == 80
+    gpu = result["devices"][0]["device"]
+    assert result["devices"] == [{"from_step": 0, "device": gpu}, {"from_step": 60, "device": "cpu"}]
     # and inspected on the CPU
     assert main(["inspect", str(run), "--out", str(tmp_path / "maps.png")]) == 0
     assert (tmp_path / "maps.png").stat().st_size > 0

@@ -83,6 +83,7 @@ def fit(
     step, best_accuracy, best_step, elapsed = 0, -1.0, -1, 0.0
     # running sums of the current logging window; checkpointed so a resumed run logs identical means
     window = {"loss": 0.0, "correct": 0, "count": 0}
+    devices: list[dict[str, Any]] = []  # where the run trained: [{"from_step", "device"}], one per change
 
     if resume and run.has_checkpoint("last"):
         state = run.load_checkpoint("last")
@@ -100,9 +101,13 @@ def fit(
             state["elapsed_s"],
         )
         window = state["log_window"]
+        devices = state.get("devices", [])  # absent in checkpoints written before devices were recorded
         run.truncate_metrics(step)
     elif run.metrics_path.exists():
         run.metrics_path.unlink()  # a fresh start (or a resume before the first checkpoint)
+
+    if not devices or devices[-1]["device"] != describe_device(device):
+        devices.append({"from_step": step, "device": describe_device(device)})
 
     from torch.utils.tensorboard import SummaryWriter  # slow import: only when training
 
@@ -123,6 +128,7 @@ def fit(
             "elapsed_s": elapsed,
             "log_window": dict(window),
             "config": config.to_dict(),
+            "devices": devices,
         }
 
     model.train()
@@ -196,6 +202,7 @@ def fit(
     result = summarise(run, selection)
     result["wall_time_s"] = time.perf_counter() - session_start
     result["device"] = describe_device(device)  # of the session that finished the run
+    result["devices"] = devices
     run.write_result(result)
     return result
 
