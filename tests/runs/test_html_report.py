@@ -5,6 +5,7 @@ another; and the HTML page of a scripted reproduction's own report.md."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -133,3 +134,14 @@ def test_local_file_accepts_only_files_inside_the_directory(
     assert (found is not None) == inside
     if inside:
         assert found == (base / reference).resolve()
+
+
+def test_the_footer_names_the_gpus_runs_trained_on(grid: Path) -> None:
+    assert "Runs trained on" not in render(grid)  # hand-written runs without a device: the CPU
+    assert collect(grid)[1]["trained_on"] == ["cpu"]
+    result_path = grid / "runs" / "A--c--seed2" / "result.json"
+    result = json.loads(result_path.read_text())
+    result["devices"] = [{"from_step": 0, "device": "cuda:0 (GPU X)"}, {"from_step": 10, "device": "cpu"}]
+    result_path.write_text(json.dumps(result))
+    assert collect(grid)[1]["trained_on"] == ["cpu", "cuda:0 (GPU X)"]
+    assert "Runs trained on: cpu, cuda:0 (GPU X)" in render(grid)

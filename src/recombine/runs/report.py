@@ -38,6 +38,14 @@ def manifest_reproduction(manifest: dict[str, Any]) -> Reproduction:
     return get_reproduction(manifest["reproduction"])
 
 
+def run_devices(result: dict[str, Any]) -> list[tuple[int, str]]:
+    """Where a finished run trained, as ``(from_step, device)`` pairs: its ``devices`` record, else the
+    device that finished it, else the CPU (runs finished before devices were recorded)."""
+    if "devices" in result:
+        return [(int(d["from_step"]), str(d["device"])) for d in result["devices"]]
+    return [(0, str(result.get("device", "cpu")))]
+
+
 def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read ``manifest.json`` and the results of its runs; returns (manifest, results.json data)."""
     manifest_path = out / "manifest.json"
@@ -53,6 +61,7 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     ]
     rows: dict[str, dict[str, Any]] = {}
     missing, failed = [], {}
+    trained_on: set[str] = set()
     failed_cells: dict[tuple[str, str], list[str]] = {}
     for entry in manifest["runs"]:
         if entry["run"] in outside:
@@ -66,6 +75,7 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
                 failed[entry["run"]] = reason
                 failed_cells.setdefault((entry["variant"], entry["column"]), []).append(entry["run"])
             continue
+        trained_on.update(device for _, device in run_devices(result))
         cell = rows.setdefault(entry["variant"], {}).setdefault(
             entry["column"],
             {"ood": [], "iid": [], "wall_time_s": [], "best_step": [], "runs": [], "per_depth": []},
@@ -109,6 +119,7 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         "missing_runs": missing,
         "failed_runs": failed,
         "runs_outside_recipe": outside,
+        "trained_on": sorted(trained_on),
         "environment": {
             "torch": torch.__version__,
             "python": platform.python_version(),
@@ -221,6 +232,8 @@ def render_reproduction(out: Path, html: bool = False) -> str:
         lines += ["", f"![{caption}]({figure.name})"]
     env = results["environment"]
     footer = f"torch {env['torch']}, Python {env['python']}, {env['machine']}."
+    if set(results.get("trained_on", [])) - {"cpu"}:  # say where, once a run used a GPU
+        footer += f" Runs trained on: {', '.join(results['trained_on'])} (each run's result.json: devices)."
     lines += ["", footer]
     markdown = "\n".join(lines) + "\n"
     (out / "report.md").write_text(markdown)
