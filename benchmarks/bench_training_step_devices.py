@@ -1,8 +1,9 @@
 """Benchmark one supervised training step of a grid recipe's row on the CPU and on every CUDA GPU present,
 side by side in one process (docs/gpu.md).
 
-The step is the trainer's (:func:`recombine.train.fit`): a random batch drawn on the CPU, moved to the
-device, loss, backward, gradient clipping, AdamW. Timed as the median over ``--steps`` steps after
+The step is the trainer's (:func:`recombine.train.fit`) without its bookkeeping (learning-rate schedule,
+logging): a random batch drawn on the CPU, moved to the device, loss, backward, gradient clipping (when
+``grad_clip`` > 0), AdamW. Timed as the median over ``--steps`` steps after
 warm-up, with the GPU synchronised before and after each; the same model weights on every device. Default:
 the NDR row of ``recipes/ndr-ctl-gpu.yaml`` (d_model 64, 14 layers, batch 512) on backward CTL.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ import yaml
 from torch import nn
 
 from recombine import models, tasks
+from recombine.run_config import TrainConfig
 from recombine.train.device import describe_device
 from recombine.train.objectives import objective_for
 from timing import environment, median_times, write_json
@@ -34,7 +37,7 @@ def recipe_row(
     recipe_path: Path, row: str, column: str
 ) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The recipe's task name, the column's task settings, the row's model settings and the training
-    settings (the recipe's, then the column's)."""
+    settings (the trainer's defaults, then the recipe's, then the column's)."""
     recipe = yaml.safe_load(recipe_path.read_text())
     if column not in recipe["columns"]:
         raise SystemExit(
@@ -43,7 +46,11 @@ def recipe_row(
     variants = {v["label"]: v for v in recipe["variants"]}
     if row not in variants:
         raise SystemExit(f"{recipe_path.name} has no row {row!r}; it has {', '.join(variants)}")
-    train = {**recipe.get("train", {}), **recipe.get("column_train", {}).get(column, {})}
+    train = {
+        **asdict(TrainConfig()),
+        **recipe.get("train", {}),
+        **recipe.get("column_train", {}).get(column, {}),
+    }
     return recipe["task"], dict(recipe["columns"][column]), dict(variants[row]["model"]), train
 
 
@@ -65,7 +72,8 @@ def time_device(
         loss, _, _ = objective.loss(model, objective.batch(prepared, batch_size, generator, balanced))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        if grad_clip > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         optimizer.step()
 
     wall, cpu = median_times(training_step, steps, warmup=5, device=device)

@@ -145,3 +145,12 @@ def test_the_footer_names_the_gpus_runs_trained_on(grid: Path) -> None:
     result_path.write_text(json.dumps(result))
     assert collect(grid)[1]["trained_on"] == ["cpu", "cuda:0 (GPU X)"]
     assert "Runs trained on: cpu, cuda:0 (GPU X)" in render(grid)
+
+
+@pytest.mark.parametrize("devices", [None, [None, {"from_step": 3}, {"device": None}], "cuda"])
+def test_odd_device_records_do_not_break_the_report(grid: Path, devices: object) -> None:
+    result_path = grid / "runs" / "A--c--seed1" / "result.json"
+    result = json.loads(result_path.read_text())
+    result["devices"] = devices
+    result_path.write_text(json.dumps(result))
+    assert "Runs trained on" not in render(grid)

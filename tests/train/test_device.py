@@ -116,6 +116,19 @@ def test_a_run_records_where_it_trained(tmp_path: Path) -> None:
     assert main(["train", "--no-progress", "--resume", str(run), "train.steps=40"]) == 0
     result = json.loads((run / "result.json").read_text())
     assert result["device"] == "cpu" and result["devices"] == [{"from_step": 0, "device": "cpu"}]
+    assert main(["train", "--no-progress", "--resume", str(run), "train.steps=40"]) == 0  # nothing to train
+    assert json.loads((run / "result.json").read_text())["devices"] == [{"from_step": 0, "device": "cpu"}]
+
+
+def test_a_checkpoint_from_before_device_records_says_so(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert main(["train", "--no-progress", "--run-dir", str(run), *TINY_RUN, "train.steps=20"]) == 0
+    state = torch.load(run / "last.pt", weights_only=False)
+    del state["devices"]  # as written before runs recorded their devices
+    torch.save(state, run / "last.pt")
+    assert main(["train", "--no-progress", "--resume", str(run), "train.steps=40"]) == 0
+    devices = json.loads((run / "result.json").read_text())["devices"]
+    assert devices == [{"from_step": 0, "device": "not recorded"}, {"from_step": 20, "device": "cpu"}]
 
 
 def test_to_device_keeps_named_tuples_and_plain_tuples() -> None:

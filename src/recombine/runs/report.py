@@ -38,12 +38,14 @@ def manifest_reproduction(manifest: dict[str, Any]) -> Reproduction:
     return get_reproduction(manifest["reproduction"])
 
 
-def run_devices(result: dict[str, Any]) -> list[tuple[int, str]]:
-    """Where a finished run trained, as ``(from_step, device)`` pairs: its ``devices`` record, else the
-    device that finished it, else the CPU (runs finished before devices were recorded)."""
-    if "devices" in result:
-        return [(int(d["from_step"]), str(d["device"])) for d in result["devices"]]
-    return [(0, str(result.get("device", "cpu")))]
+def run_devices(result: dict[str, Any]) -> list[str]:
+    """The devices a finished run trained on: its ``devices`` record (entries without a device name
+    skipped), else the device that finished it, else the CPU (runs from before devices were recorded)."""
+    record = result.get("devices")
+    if isinstance(record, list):
+        return [d["device"] for d in record if isinstance(d, dict) and isinstance(d.get("device"), str)]
+    device = result.get("device")
+    return [device if isinstance(device, str) else "cpu"]
 
 
 def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -75,7 +77,7 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
                 failed[entry["run"]] = reason
                 failed_cells.setdefault((entry["variant"], entry["column"]), []).append(entry["run"])
             continue
-        trained_on.update(device for _, device in run_devices(result))
+        trained_on.update(run_devices(result))
         cell = rows.setdefault(entry["variant"], {}).setdefault(
             entry["column"],
             {"ood": [], "iid": [], "wall_time_s": [], "best_step": [], "runs": [], "per_depth": []},

@@ -101,13 +101,12 @@ def fit(
             state["elapsed_s"],
         )
         window = state["log_window"]
-        devices = state.get("devices", [])  # absent in checkpoints written before devices were recorded
+        devices = state.get("devices") or _unrecorded_devices(state)
         run.truncate_metrics(step)
     elif run.metrics_path.exists():
         run.metrics_path.unlink()  # a fresh start (or a resume before the first checkpoint)
 
-    if not devices or devices[-1]["device"] != describe_device(device):
-        devices.append({"from_step": step, "device": describe_device(device)})
+    this_device = describe_device(device)
 
     from torch.utils.tensorboard import SummaryWriter  # slow import: only when training
 
@@ -153,6 +152,8 @@ def fit(
                 nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
             optimizer.step()
             scheduler.step()
+            if not devices or devices[-1]["device"] != this_device:  # recorded once it trains a step
+                devices.append({"from_step": step, "device": this_device})
             step += 1
             bar.update(1)
 
@@ -201,10 +202,17 @@ def fit(
 
     result = summarise(run, selection)
     result["wall_time_s"] = time.perf_counter() - session_start
-    result["device"] = describe_device(device)  # of the session that finished the run
+    result["device"] = this_device  # of the session that finished the run
     result["devices"] = devices
     run.write_result(result)
     return result
+
+
+def _unrecorded_devices(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The device record of a checkpoint written before runs recorded their devices (none at step 0)."""
+    if state["step"] == 0:
+        return []
+    return [{"from_step": 0, "device": "cuda (not recorded)" if "cuda_rng" in state else "not recorded"}]
 
 
 def _last_step(run: RunDir) -> int:
