@@ -15,65 +15,51 @@ alone.
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from torch import nn
 
-from recombine import models, tasks
-from recombine.run_config import TrainConfig
+from recombine import run_config
+from recombine.experiments.recipe import load_sweep_recipe
+from recombine.experiments.reproduction import Reproduction
+from recombine.run_config import RunConfig
+from recombine.tasks.base import TaskData
 from recombine.train.device import describe_device
 from recombine.train.objectives import objective_for
+from recombine.train.supervised import build_model, build_task
 from timing import environment, median_times, write_json
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 
 
-def recipe_row(
-    recipe_path: Path, row: str, column: str
-) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """The recipe's task name, the column's task settings, the row's model settings and the training
-    settings (the trainer's defaults, then the recipe's, then the column's)."""
-    recipe = yaml.safe_load(recipe_path.read_text())
-    if column not in recipe["columns"]:
-        raise SystemExit(
-            f"{recipe_path.name} has no column {column!r}; it has {', '.join(recipe['columns'])}"
-        )
-    variants = {v["label"]: v for v in recipe["variants"]}
-    if row not in variants:
-        raise SystemExit(f"{recipe_path.name} has no row {row!r}; it has {', '.join(variants)}")
-    train = {
-        **asdict(TrainConfig()),
-        **recipe.get("train", {}),
-        **recipe.get("column_train", {}).get(column, {}),
-    }
-    return recipe["task"], dict(recipe["columns"][column]), dict(variants[row]["model"]), train
+def recipe_row_config(recipe_path: Path, row: str, column: str) -> RunConfig:
+    """The run config the sweep would train for ``row`` x ``column`` of the grid recipe (seed 0)."""
+    recipe = load_sweep_recipe(recipe_path)
+    if not isinstance(recipe, Reproduction):
+        raise SystemExit(f"{recipe_path.name} names a scripted experiment, not a grid of supervised runs")
+    (variant,) = recipe.select_variants([row], quick=False)
+    (column,) = recipe.select_columns([column])
+    return run_config.resolve(recipe.run_config(variant, column, seed=0, quick=False))
 
 
-def time_device(
-    device: torch.device, task: Any, model_name: str, model_config: Any, train: dict[str, Any], steps: int
-) -> dict[str, Any]:
+def time_device(device: torch.device, config: RunConfig, task: TaskData, steps: int) -> dict[str, Any]:
     torch.manual_seed(0)
-    model = models.MODELS.get(model_name).factory(task.spec, model_config).to(device).train()
-    objective = objective_for(task.spec, device=device)
+    model = build_model(config, task).to(device).train()
+    objective = objective_for(task.spec, config.train.label_smoothing, device)
     prepared = objective.prepare(task.splits["train"])
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=float(train["lr"]), weight_decay=float(train["weight_decay"])
-    )
+    train = config.train
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
     generator = torch.Generator().manual_seed(0)
-    batch_size, grad_clip = int(train["batch_size"]), float(train["grad_clip"])
-    balanced = train.get("sampling") == "depth_balanced"
+    balanced = train.sampling == "depth_balanced"
 
     def training_step() -> None:
-        loss, _, _ = objective.loss(model, objective.batch(prepared, batch_size, generator, balanced))
+        loss, _, _ = objective.loss(model, objective.batch(prepared, train.batch_size, generator, balanced))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if grad_clip > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        if train.grad_clip > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
         optimizer.step()
 
     wall, cpu = median_times(training_step, steps, warmup=5, device=device)
@@ -82,7 +68,7 @@ def time_device(
         "step_ms": wall * 1e3,
         "step_cpu_ms": cpu * 1e3,
         "steps_per_s": 1.0 / wall,
-        "examples_per_s": batch_size / wall,
+        "examples_per_s": train.batch_size / wall,
     }
 
 
@@ -97,15 +83,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    task_name, column, model_settings, train = recipe_row(Path(args.recipe), args.row, args.column)
-    entry = tasks.TASKS.get(task_name)
-    task = entry.factory(dataclasses.replace(entry.default_config(), **column), 0)
-    model_name = str(model_settings.pop("name"))
-    model_entry = models.MODELS.get(model_name)
-    model_config = dataclasses.replace(model_entry.default_config(), **model_settings)
+    config = recipe_row_config(Path(args.recipe), args.row, args.column)
+    task = build_task(config)
 
     devices = [torch.device("cpu")] + [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
-    timings = [time_device(d, task, model_name, model_config, train, args.steps) for d in devices]
+    timings = [time_device(d, config, task, args.steps) for d in devices]
     cpu_ms = timings[0]["step_ms"]
     for timing in timings:
         timing["speedup_over_cpu"] = cpu_ms / timing["step_ms"]
@@ -120,9 +102,7 @@ def main() -> None:
             "recipe": Path(args.recipe).name,
             "row": args.row,
             "column": args.column,
-            "task": {"name": task_name, **column},
-            "model": {"name": model_name, **model_settings},
-            "batch_size": int(train["batch_size"]),
+            "run_config": config.to_dict(),
             "timed_steps": args.steps,
         },
         "devices": timings,

@@ -107,6 +107,8 @@ def fit(
         run.metrics_path.unlink()  # a fresh start (or a resume before the first checkpoint)
 
     this_device = describe_device(device)
+    if step < train_cfg.steps and (not devices or devices[-1]["device"] != this_device):
+        devices.append({"from_step": step, "device": this_device})  # only a device that trains steps
 
     from torch.utils.tensorboard import SummaryWriter  # slow import: only when training
 
@@ -152,8 +154,6 @@ def fit(
                 nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
             optimizer.step()
             scheduler.step()
-            if not devices or devices[-1]["device"] != this_device:  # recorded once it trains a step
-                devices.append({"from_step": step, "device": this_device})
             step += 1
             bar.update(1)
 
