@@ -8,13 +8,19 @@ warm-up, with the GPU synchronised before and after each; the same model weights
 the NDR row of ``recipes/ndr-ctl-gpu.yaml`` (d_model 64, 14 layers, batch 512) on backward CTL.
 
 Usage: ``python benchmarks/bench_training_step_devices.py [--recipe recipes/ndr-ctl-gpu.yaml]
-[--row NDR] [--column backward] [--threads 1] [--steps 20] [--out FILE]``. Without a GPU it times the CPU
-alone.
+[--row NDR] [--column backward] [--threads 1] [--steps 20] [--compile off] [--devices all] [--out FILE]``.
+Without a GPU it times the CPU alone.
+
+``--compile off,reduce-overhead`` times each device once per ``train.compile`` mode
+(:mod:`recombine.train.compilation`). A compiled mode first runs ``--compile-warmup`` untimed steps (the
+first step compiles; new sequence lengths recompile until the compiler turns to dynamic shapes) and
+reports their wall time as ``warmup_s``. ``--devices cuda`` leaves the CPU out.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +30,9 @@ from torch import nn
 from recombine import run_config
 from recombine.experiments.recipe import load_sweep_recipe
 from recombine.experiments.reproduction import Reproduction
-from recombine.run_config import RunConfig
+from recombine.run_config import COMPILE_MODES, RunConfig
 from recombine.tasks.base import TaskData
+from recombine.train.compilation import for_training
 from recombine.train.device import describe_device
 from recombine.train.objectives import objective_for
 from recombine.train.supervised import build_model, build_task
@@ -44,9 +51,12 @@ def recipe_row_config(recipe_path: Path, row: str, column: str) -> RunConfig:
     return run_config.resolve(recipe.run_config(variant, column, seed=0, quick=False))
 
 
-def time_device(device: torch.device, config: RunConfig, task: TaskData, steps: int) -> dict[str, Any]:
+def time_device(
+    device: torch.device, config: RunConfig, task: TaskData, steps: int, compile_mode: str, warmup: int
+) -> dict[str, Any]:
     torch.manual_seed(0)
     model = build_model(config, task).to(device).train()
+    step_model = for_training(model, compile_mode)
     objective = objective_for(task.spec, config.train.label_smoothing, device)
     prepared = objective.prepare(task.splits["train"])
     train = config.train
@@ -55,16 +65,27 @@ def time_device(device: torch.device, config: RunConfig, task: TaskData, steps: 
     balanced = train.sampling == "depth_balanced"
 
     def training_step() -> None:
-        loss, _, _ = objective.loss(model, objective.batch(prepared, train.batch_size, generator, balanced))
+        loss, _, _ = objective.loss(
+            step_model, objective.batch(prepared, train.batch_size, generator, balanced)
+        )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if train.grad_clip > 0:
             nn.utils.clip_grad_norm_(model.parameters(), train.grad_clip)
         optimizer.step()
 
-    wall, cpu = median_times(training_step, steps, warmup=5, device=device)
+    warmup_start = time.perf_counter()
+    for _ in range(warmup):
+        training_step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    warmup_s = time.perf_counter() - warmup_start
+    wall, cpu = median_times(training_step, steps, warmup=0, device=device)
     return {
         "device": describe_device(device),
+        "compile": compile_mode,
+        "warmup_steps": warmup,
+        "warmup_s": warmup_s,
         "step_ms": wall * 1e3,
         "step_cpu_ms": cpu * 1e3,
         "steps_per_s": 1.0 / wall,
@@ -79,6 +100,11 @@ def main() -> None:
     parser.add_argument("--column", default="backward")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per device")
+    parser.add_argument(
+        "--compile", default="off", help=f"comma-separated train.compile modes: {COMPILE_MODES}"
+    )
+    parser.add_argument("--compile-warmup", type=int, default=20, help="untimed steps of a compiled mode")
+    parser.add_argument("--devices", default="all", help="comma-separated, e.g. cpu,cuda:0 (default: all)")
     parser.add_argument("--out", default="benchmarks/results/training_step_devices.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -86,14 +112,26 @@ def main() -> None:
     config = recipe_row_config(Path(args.recipe), args.row, args.column)
     task = build_task(config)
 
+    modes = args.compile.split(",")
+    for mode in modes:
+        if mode not in COMPILE_MODES:
+            raise SystemExit(f"unknown --compile mode {mode!r}; valid choices: {', '.join(COMPILE_MODES)}")
     devices = [torch.device("cpu")] + [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
-    timings = [time_device(d, config, task, args.steps) for d in devices]
-    cpu_ms = timings[0]["step_ms"]
+    if args.devices != "all":
+        devices = [torch.device(name) for name in args.devices.split(",")]
+    timings = [
+        time_device(device, config, task, args.steps, mode, 5 if mode == "off" else args.compile_warmup)
+        for device in devices
+        for mode in modes
+    ]
+    baseline = timings[0]  # the first device's first mode (by default: the CPU, eager)
     for timing in timings:
-        timing["speedup_over_cpu"] = cpu_ms / timing["step_ms"]
+        timing["speedup_over_first"] = baseline["step_ms"] / timing["step_ms"]
         print(
-            f"{timing['device']}: {timing['step_ms']:.1f} ms/step, "
-            f"{timing['examples_per_s']:,.0f} examples/s, {timing['speedup_over_cpu']:.1f}x the CPU"
+            f"{timing['device']}, compile {timing['compile']}: {timing['step_ms']:.1f} ms/step "
+            f"({timing['step_cpu_ms']:.1f} ms CPU), {timing['examples_per_s']:,.0f} examples/s, "
+            f"{timing['speedup_over_first']:.1f}x {baseline['device']} {baseline['compile']}; "
+            f"{timing['warmup_steps']} warm-up steps {timing['warmup_s']:.1f} s"
         )
     result = {
         "benchmark": "training_step_devices",
@@ -104,6 +142,7 @@ def main() -> None:
             "column": args.column,
             "run_config": config.to_dict(),
             "timed_steps": args.steps,
+            "compile": modes,
         },
         "devices": timings,
     }

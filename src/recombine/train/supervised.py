@@ -29,6 +29,7 @@ from recombine.errors import UserError
 from recombine.run_config import RunConfig
 from recombine.runs.store import RunDir
 from recombine.tasks.base import TaskData
+from recombine.train.compilation import for_training
 from recombine.train.device import CPU, describe_device
 from recombine.train.objectives import objective_for
 from recombine.train.schedules import lr_multiplier
@@ -132,6 +133,7 @@ def fit(
             "devices": devices,
         }
 
+    step_model = for_training(model, train_cfg.compile)  # the model itself unless train.compile is set
     model.train()
     window_start = time.perf_counter()
     session_start = time.perf_counter() - elapsed
@@ -141,7 +143,7 @@ def fit(
             batch = objective.batch(
                 splits["train"], train_cfg.batch_size, batch_generator, train_cfg.sampling == "depth_balanced"
             )
-            loss, n_correct, n_examples = objective.loss(model, batch)
+            loss, n_correct, n_examples = objective.loss(step_model, batch)
             if not math.isfinite(loss.item()):
                 run.write_result({"status": "diverged", "step": step + 1, "last_good_step": _last_step(run)})
                 raise TrainingDiverged(

@@ -252,7 +252,10 @@ def geometric_attention_weights(
         raise ValueError(
             f"unknown implementation {implementation!r}; valid choices: {', '.join(IMPLEMENTATIONS)}"
         )
-    compiled = implementation == "compiled" or (implementation == "auto" and logits.device.type == "cpu")
+    # under torch.compile (train.compile) ``auto`` takes the traceable path: the numba scan is opaque to it
+    compiled = implementation == "compiled" or (
+        implementation == "auto" and logits.device.type == "cpu" and not torch.compiler.is_compiling()
+    )
     if compiled and logits.device.type != "cpu":
         raise ValueError(f"the compiled scan runs on CPU tensors; got a {logits.device.type} tensor")
     return _GeometricWeights.apply(logits, key_padding_mask, compiled)
