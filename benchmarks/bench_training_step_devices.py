@@ -11,8 +11,8 @@ Usage: ``python benchmarks/bench_training_step_devices.py [--recipe recipes/ndr-
 [--row NDR] [--column backward] [--threads 1] [--steps 20] [--compile off] [--devices all] [--out FILE]``.
 Without a GPU it times the CPU alone.
 
-``--compile off,reduce-overhead`` times each device once per ``train.compile`` mode
-(:mod:`recombine.train.compilation`). A compiled mode first runs ``--compile-warmup`` untimed steps (the
+``--compile off,reduce-overhead`` times each device once per compile mode (``recombine train --compile``,
+:mod:`recombine.train.compilation`). A compiled mode first runs ``--compile-warmup`` untimed steps (the
 first step compiles; new sequence lengths recompile until the compiler turns to dynamic shapes) and
 reports their wall time as ``warmup_s``. ``--devices cuda`` leaves the CPU out.
 """
@@ -28,12 +28,13 @@ import torch
 from torch import nn
 
 from recombine import run_config
+from recombine.errors import UserError
 from recombine.experiments.recipe import load_sweep_recipe
 from recombine.experiments.reproduction import Reproduction
-from recombine.run_config import COMPILE_MODES, RunConfig
+from recombine.run_config import RunConfig
 from recombine.tasks.base import TaskData
-from recombine.train.compilation import for_training
-from recombine.train.device import describe_device
+from recombine.train.compilation import COMPILE_MODES, for_training, resolve_compile_mode
+from recombine.train.device import describe_device, resolve_device
 from recombine.train.objectives import objective_for
 from recombine.train.supervised import build_model, build_task
 from timing import environment, median_times, write_json
@@ -101,7 +102,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per device")
     parser.add_argument(
-        "--compile", default="off", help=f"comma-separated train.compile modes: {COMPILE_MODES}"
+        "--compile", default="off", help=f"comma-separated compile modes: {', '.join(COMPILE_MODES)}"
     )
     parser.add_argument("--compile-warmup", type=int, default=20, help="untimed steps of a compiled mode")
     parser.add_argument("--devices", default="all", help="comma-separated, e.g. cpu,cuda:0 (default: all)")
@@ -109,16 +110,18 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    config = recipe_row_config(Path(args.recipe), args.row, args.column)
+    try:  # every bad option is one line, before anything is timed
+        modes = [resolve_compile_mode(mode) for mode in args.compile.split(",")]
+        if args.devices == "all":
+            devices = [torch.device("cpu")] + [
+                torch.device("cuda", i) for i in range(torch.cuda.device_count())
+            ]
+        else:
+            devices = [resolve_device(name) for name in args.devices.split(",")]
+        config = recipe_row_config(Path(args.recipe), args.row, args.column)
+    except UserError as e:
+        raise SystemExit(f"error: {e}") from None
     task = build_task(config)
-
-    modes = args.compile.split(",")
-    for mode in modes:
-        if mode not in COMPILE_MODES:
-            raise SystemExit(f"unknown --compile mode {mode!r}; valid choices: {', '.join(COMPILE_MODES)}")
-    devices = [torch.device("cpu")] + [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
-    if args.devices != "all":
-        devices = [torch.device(name) for name in args.devices.split(",")]
     timings = [
         time_device(device, config, task, args.steps, mode, 5 if mode == "off" else args.compile_warmup)
         for device in devices
@@ -142,7 +145,7 @@ def main() -> None:
             "column": args.column,
             "run_config": config.to_dict(),
             "timed_steps": args.steps,
-            "compile": modes,
+            "compile": modes,  # the modes timed (the run config has no compile setting)
         },
         "devices": timings,
     }

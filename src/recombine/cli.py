@@ -63,6 +63,14 @@ def _add_device_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_compile_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--compile",
+        help="torch.compile supervised training steps: off (default), default, reduce-overhead (CUDA "
+        "graphs), max-autotune, max-autotune-no-cudagraphs (docs/gpu.md)",
+    )
+
+
 def _forward_to_field(
     name: str, option: str, value: Any, config_class: type, overrides: dict[str, Any]
 ) -> None:
@@ -90,6 +98,8 @@ def _scripted_overrides(args: argparse.Namespace, name: str, config_class: type)
     if args.device is not None:
         resolve_device(args.device)
         _forward_to_field(name, "--device", args.device, config_class, overrides)
+    if args.compile is not None:
+        _forward_to_field(name, "--compile", args.compile, config_class, overrides)
     return overrides
 
 
@@ -97,9 +107,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     from recombine import run_config
     from recombine.runs.store import RunDir
     from recombine.train import fit
+    from recombine.train.compilation import resolve_compile_mode
     from recombine.train.device import resolve_device
 
     device = resolve_device(args.device or "cpu")
+    compile_mode = resolve_compile_mode(args.compile or "off")
     if args.resume:
         run = RunDir(args.resume)
         if args.recipe:
@@ -124,6 +136,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         on_start=lambda: print(f"run directory: {run_dir}", file=sys.stderr),
         device=device,
+        compile_mode=compile_mode,
     )
     selected = ", ".join(f"{k} {v:.4f}" for k, v in result["selected"].items())
     print(f"done: step {result['best_step']} selected by {result['selection_split']}: {selected}")
@@ -156,6 +169,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from recombine.experiments.reproduction import run_grid
     from recombine.experiments.scripted_reproduction import ScriptedReproduction, run_scripted
     from recombine.runs.report import render_reproduction
+    from recombine.train.compilation import resolve_compile_mode
     from recombine.train.device import resolve_device
 
     if args.list:
@@ -184,6 +198,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         raise UserError(f"{args.name} is a grid of runs; change it with a recipe (recombine sweep)")
     device = args.device or "cpu"
     resolve_device(device)  # before any run starts
+    compile_mode = resolve_compile_mode(args.compile or "off")
     run_grid(
         reproduction,
         out,
@@ -194,6 +209,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         on_event=_print_event,
         columns=_comma_list(args.columns),
         device=device,
+        compile_mode=compile_mode,
     )
     print(render_reproduction(out))
     print(f"report: {out / 'report.md'}, data: {out / 'results.json'}")
@@ -232,6 +248,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from recombine.experiments.reproduction import run_trials
     from recombine.experiments.scripted_reproduction import ScriptedRecipe
     from recombine.runs.report import render_reproduction
+    from recombine.train.compilation import resolve_compile_mode
     from recombine.train.device import resolve_device
 
     recipe = load_sweep_recipe(args.recipe)
@@ -248,6 +265,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.gpus_per_trial is not None and (args.executor != "ray" or device == "cpu"):
         raise UserError("--gpus-per-trial is for --executor ray with --device cuda")
     gpus = (1.0 if args.gpus_per_trial is None else args.gpus_per_trial) if device != "cpu" else 0.0
+    compile_mode = resolve_compile_mode(args.compile or "off")
     executor = make_executor(args.executor, args.workers, args.address, gpus)
     seeds = recipe.seeds if args.seeds is None else args.seeds
     _check_seeds(seeds)
@@ -262,6 +280,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         on_event=_print_event,
         columns=_comma_list(args.columns),
         device=device,
+        compile_mode=compile_mode,
     )
     print(render_reproduction(out, html=True))
     print(f"report: {out / 'report.md'}, {out / 'report.html'}, data: {out / 'results.json'}")
@@ -286,6 +305,10 @@ def _sweep_scripted(recipe: Any, args: argparse.Namespace) -> int:
         resolve_device(args.device)
         config = dict(recipe.config)
         _forward_to_field(recipe.name, "--device", args.device, recipe.reproduction.config_class, config)
+        recipe = dataclasses.replace(recipe, config=config)
+    if args.compile is not None:
+        config = dict(recipe.config)
+        _forward_to_field(recipe.name, "--compile", args.compile, recipe.reproduction.config_class, config)
         recipe = dataclasses.replace(recipe, config=config)
     _check_seeds(args.seeds)
     out = _output_dir(args, "sweep-", recipe.name)
@@ -461,6 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_device_argument(train)
+    _add_compile_argument(train)
     train.set_defaults(handler=cmd_train)
 
     reproduce = commands.add_parser("reproduce", help="run a paper table at CPU scale and write a report")
@@ -483,6 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--models", help="comma-separated row labels to run (default: all rows)")
     reproduce.add_argument("--columns", help="comma-separated column names to run (default: all columns)")
     _add_device_argument(reproduce)
+    _add_compile_argument(reproduce)
     reproduce.set_defaults(handler=cmd_reproduce)
 
     inspect = commands.add_parser(
@@ -639,6 +664,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--models", help="comma-separated row labels to run (default: all rows)")
     sweep.add_argument("--columns", help="comma-separated column names to run (default: all columns)")
     _add_device_argument(sweep)
+    _add_compile_argument(sweep)
     sweep.set_defaults(handler=cmd_sweep)
 
     runs = commands.add_parser("runs", help="list and filter the runs under a directory")

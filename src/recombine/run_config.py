@@ -21,7 +21,6 @@ from recombine.errors import UserError, choices_hint
 
 SCHEDULES = ("constant", "noam", "cosine")
 SAMPLINGS = ("uniform", "depth_balanced")
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")  # recombine.train.compilation
 
 
 @dataclass
@@ -39,7 +38,6 @@ class TrainConfig:
     threads: int = 0  # 0: PyTorch's default
     sampling: str = "uniform"  # "depth_balanced": uniform over depths (groups), then within the depth
     label_smoothing: float = 0.0  # cross-entropy label smoothing (Szegedy et al., 2016); 0 = off
-    compile: str = "off"  # torch.compile the training step: off, default, reduce-overhead (CUDA graphs), ...
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -49,9 +47,6 @@ class TrainConfig:
         if self.sampling not in SAMPLINGS:
             hint = choices_hint(self.sampling, SAMPLINGS)
             raise UserError(f"unknown train.sampling {self.sampling!r}; {hint}")
-        if self.compile not in COMPILE_MODES:
-            hint = choices_hint(self.compile, COMPILE_MODES)
-            raise UserError(f"unknown train.compile {self.compile!r}; {hint}")
         for name in ("steps", "batch_size", "eval_every", "eval_batch_size", "log_every"):
             if getattr(self, name) < 1:
                 raise UserError(f"train.{name} must be >= 1, got {getattr(self, name)}")

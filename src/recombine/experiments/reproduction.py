@@ -245,11 +245,13 @@ def run_trials(
     on_event: Callable[[str], None] = lambda message: None,
     columns: list[str] | None = None,
     device: str = "cpu",
+    compile_mode: str = "off",
 ) -> GridRun:
     """Write the manifest, then run every trial not yet complete on ``executor`` (default: one
     local worker), for the rows ``labels`` and the columns ``columns`` (default: all), each trial on
-    ``device`` (``cpu``, ``cuda``, ``cuda:N``; several trials may share one GPU). Failed trials are
-    recorded in their run directories, never raised."""
+    ``device`` (``cpu``, ``cuda``, ``cuda:N``; several trials may share one GPU) with its training steps
+    compiled by ``compile_mode`` (:mod:`recombine.train.compilation`). Failed trials are recorded in their
+    run directories, never raised."""
     executor = executor or LocalExecutor(1)
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -271,7 +273,7 @@ def run_trials(
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
     threads = 1 if executor.workers > 1 else 0  # parallel trials: one thread each
-    specs = [TrialSpec(str(out), e["run"], e["config"], threads, device) for e in entries]
+    specs = [TrialSpec(str(out), e["run"], e["config"], threads, device, compile_mode) for e in entries]
     todo = [spec for spec in specs if not is_done(spec)]
     for spec in todo:  # an archived run (no checkpoint) cannot be extended, and must not restart
         finished_at = steps_done(spec.run_path)
@@ -299,7 +301,11 @@ def run_grid(
     on_event: Callable[[str], None] = lambda message: None,
     columns: list[str] | None = None,
     device: str = "cpu",
+    compile_mode: str = "off",
 ) -> list[dict[str, Any]]:
     """``recombine reproduce``: :func:`run_trials` on ``jobs`` local workers; the manifest entries."""
     executor = LocalExecutor(max(1, jobs))
-    return run_trials(reproduction, out, seeds, quick, executor, labels, on_event, columns, device).entries
+    grid = run_trials(
+        reproduction, out, seeds, quick, executor, labels, on_event, columns, device, compile_mode
+    )
+    return grid.entries

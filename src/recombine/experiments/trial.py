@@ -34,6 +34,7 @@ class TrialSpec:
     config: dict[str, Any]  # nested run config (seed, task, model, train)
     threads: int = 0  # train.threads for a fresh run (0: leave the config's value)
     device: str = "cpu"  # recombine train --device (not part of the config: see recombine.train.device)
+    compile_mode: str = "off"  # recombine train --compile (not part of the config either)
 
     @property
     def run_path(self) -> Path:
@@ -77,6 +78,8 @@ def train_command(spec: TrialSpec) -> list[str]:
     command = [sys.executable, "-m", "recombine", "train", "--no-progress", "--run-dir", str(run_path)]
     if spec.device != "cpu":
         command += ["--device", spec.device]
+    if spec.compile_mode != "off":
+        command += ["--compile", spec.compile_mode]
     if (run_path / "config.yaml").exists():  # continue an interrupted run, or extend a finished one
         return command + ["--resume", str(run_path), f"train.steps={spec.steps}"]
     command += config_overrides(spec.config)

@@ -55,9 +55,11 @@ def fit(
     progress: bool = True,
     on_start: Callable[[], None] = lambda: None,
     device: torch.device = CPU,
+    compile_mode: str = "off",
 ) -> dict[str, Any]:
     """Train one run into ``run_dir`` (resuming from its ``last.pt`` when ``resume``) on ``device``
-    (see :func:`recombine.train.device.resolve_device`).
+    (see :func:`recombine.train.device.resolve_device`), its training steps compiled by ``compile_mode``
+    (:mod:`recombine.train.compilation`; like the device, not part of the config).
 
     ``on_start`` is called once task and model are built and the run directory is written."""
     run = RunDir(run_dir)
@@ -133,7 +135,7 @@ def fit(
             "devices": devices,
         }
 
-    step_model = for_training(model, train_cfg.compile)  # the model itself unless train.compile is set
+    step_model = for_training(model, compile_mode)  # the model itself unless compile_mode is set
     model.train()
     window_start = time.perf_counter()
     session_start = time.perf_counter() - elapsed
@@ -206,6 +208,7 @@ def fit(
     result["wall_time_s"] = time.perf_counter() - session_start
     result["device"] = this_device  # of the session that finished the run
     result["devices"] = devices
+    result["compile"] = compile_mode  # of the session that finished the run
     run.write_result(result)
     return result
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import torch
@@ -38,6 +39,8 @@ __all__ = ["IMPLEMENTATIONS", "GeometricSelfAttention", "geometric_attention_wei
 
 #: ``auto``: the compiled scan on CPU tensors, the gather/cumsum one elsewhere
 IMPLEMENTATIONS = ("auto", "compiled", "torch")
+
+_T = TypeVar("_T")
 
 
 class _ClosenessIndex(NamedTuple):
@@ -71,6 +74,12 @@ def _closeness_index(n: int, device: torch.device) -> _ClosenessIndex:
             reversed_order=order.flip(-1),
             reversed_rank=n - 1 - rank,
         )
+
+
+def _cached(function: Callable[..., _T], *args: Any) -> _T:
+    """``function(*args)`` through its ``lru_cache``; while torch.compile traces, the uncached function
+    (the tables are pure functions of N, and the tracer would otherwise warn that it bypasses the cache)."""
+    return function.__wrapped__(*args) if torch.compiler.is_compiling() else function(*args)  # type: ignore[attr-defined]
 
 
 @functools.lru_cache(maxsize=64)
@@ -197,7 +206,7 @@ def _padding_bias(key_padding_mask: torch.Tensor | None, logits: torch.Tensor) -
 
 def _log_weights_by_gather(x: torch.Tensor, sp: torch.Tensor) -> torch.Tensor:
     """``log A = x - sp - c`` (diagonal -inf), ``c`` by gather / cumsum / gather (any device)."""
-    index = _closeness_index(x.shape[-1], x.device)
+    index = _cached(_closeness_index, x.shape[-1], x.device)
     sp.diagonal(dim1=-2, dim2=-1).zero_()  # k = i never enters a product (thesis eq. 5.8)
     # thesis eq. 5.7/5.8: c = exclusive cumsum of -log(1 - P) along the closeness order of each row.
     reordered = _gather_rows(sp, index.shifted_order).cumsum_(-1)
@@ -211,7 +220,7 @@ def _log_weights_by_gather(x: torch.Tensor, sp: torch.Tensor) -> torch.Tensor:
 def _logits_gradient_by_gather(g: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """``dL/dx = G - P * R`` with ``G = dL/dA * A`` and ``R`` the reversed inclusive cumsum of ``G`` along
     the closeness order (any device)."""
-    index = _closeness_index(g.shape[-1], g.device)
+    index = _cached(_closeness_index, g.shape[-1], g.device)
     reordered = _gather_rows(g, index.reversed_order).cumsum_(-1)
     r = _gather_rows(reordered, index.reversed_rank)
     p.diagonal(dim1=-2, dim2=-1).zero_()  # the diagonal is excluded too: no gradient
@@ -252,9 +261,15 @@ def geometric_attention_weights(
         raise ValueError(
             f"unknown implementation {implementation!r}; valid choices: {', '.join(IMPLEMENTATIONS)}"
         )
-    # under torch.compile (train.compile) ``auto`` takes the traceable path: the numba scan is opaque to it
+    # under torch.compile (recombine.train.compilation) ``auto`` takes the traceable path: the numba scan
+    # is opaque to it
+    tracing = torch.compiler.is_compiling()
+    if implementation == "compiled" and tracing:
+        raise ValueError(
+            "the compiled scan cannot run under torch.compile; use implementation='auto' or 'torch'"
+        )
     compiled = implementation == "compiled" or (
-        implementation == "auto" and logits.device.type == "cpu" and not torch.compiler.is_compiling()
+        implementation == "auto" and logits.device.type == "cpu" and not tracing
     )
     if compiled and logits.device.type != "cpu":
         raise ValueError(f"the compiled scan runs on CPU tensors; got a {logits.device.type} tensor")
@@ -316,7 +331,7 @@ class GeometricSelfAttention(nn.Module):
         # thesis eq. 5.9: D_ij uses the LR projection for i <= j and the RL projection for i > j.
         direction = self.direction(h).view(b, n, 2, self.n_heads).permute(2, 0, 3, 1)  # [2, B, H, N]
         d_lr, d_rl = direction[0].unsqueeze(-1), direction[1].unsqueeze(-1)  # [B, H, N, 1]
-        d = torch.where(_upper_triangle(n, h.device), d_lr, d_rl)
+        d = torch.where(_cached(_upper_triangle, n, h.device), d_lr, d_rl)
 
         # thesis eq. 5.10
         logits = (
