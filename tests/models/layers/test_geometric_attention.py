@@ -309,3 +309,14 @@ def test_implementations_agree_on_a_model_sized_batch() -> None:
 def test_unknown_implementation_is_refused() -> None:
     with pytest.raises(ValueError, match="valid choices: auto, compiled, torch"):
         geometric_attention_weights(torch.zeros(3, 3), implementation="cuda")
+
+
+@pytest.mark.slow
+def test_under_torch_compile_auto_takes_the_traceable_path() -> None:
+    """torch.compile cannot trace the numba scan: ``auto`` switches to the torch path while it traces (same
+    values as the scan), in one graph."""
+    torch._dynamo.reset()
+    logits = torch.randn(2, 6, 6)
+    eager = geometric_attention_weights(logits)  # the scan, on a CPU tensor
+    traced = torch.compile(geometric_attention_weights, fullgraph=True)(logits)
+    torch.testing.assert_close(traced, eager, rtol=1e-5, atol=1e-6)

@@ -263,13 +263,8 @@ def geometric_attention_weights(
         )
     # under torch.compile (recombine.train.compilation) ``auto`` takes the traceable path: the numba scan
     # is opaque to it
-    tracing = torch.compiler.is_compiling()
-    if implementation == "compiled" and tracing:
-        raise ValueError(
-            "the compiled scan cannot run under torch.compile; use implementation='auto' or 'torch'"
-        )
     compiled = implementation == "compiled" or (
-        implementation == "auto" and logits.device.type == "cpu" and not tracing
+        implementation == "auto" and logits.device.type == "cpu" and not torch.compiler.is_compiling()
     )
     if compiled and logits.device.type != "cpu":
         raise ValueError(f"the compiled scan runs on CPU tensors; got a {logits.device.type} tensor")
