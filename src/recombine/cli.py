@@ -88,18 +88,26 @@ def _forward_to_field(
         )
 
 
-def _scripted_overrides(args: argparse.Namespace, name: str, config_class: type) -> dict[str, Any]:
-    from recombine import run_config
-    from recombine.train.device import resolve_device
-
-    overrides = run_config.parse_overrides(args.overrides)
-    if args.jobs != 1:
-        _forward_to_field(name, "--jobs", args.jobs, config_class, overrides)
+def _forward_session_options(
+    args: argparse.Namespace, name: str, config_class: type, overrides: dict[str, Any]
+) -> None:
+    """``--device`` and ``--compile`` given to a scripted reproduction: forwarded to its config fields."""
     if args.device is not None:
+        from recombine.train.device import resolve_device
+
         resolve_device(args.device)
         _forward_to_field(name, "--device", args.device, config_class, overrides)
     if args.compile is not None:
         _forward_to_field(name, "--compile", args.compile, config_class, overrides)
+
+
+def _scripted_overrides(args: argparse.Namespace, name: str, config_class: type) -> dict[str, Any]:
+    from recombine import run_config
+
+    overrides = run_config.parse_overrides(args.overrides)
+    if args.jobs != 1:
+        _forward_to_field(name, "--jobs", args.jobs, config_class, overrides)
+    _forward_session_options(args, name, config_class, overrides)
     return overrides
 
 
@@ -299,17 +307,9 @@ def _sweep_scripted(recipe: Any, args: argparse.Namespace) -> int:
             f"{recipe.name} runs the scripted experiment {recipe.reproduction.name} in this process; "
             "--executor ray, --models and --columns apply to grid recipes"
         )
-    if args.device is not None:
-        from recombine.train.device import resolve_device
-
-        resolve_device(args.device)
-        config = dict(recipe.config)
-        _forward_to_field(recipe.name, "--device", args.device, recipe.reproduction.config_class, config)
-        recipe = dataclasses.replace(recipe, config=config)
-    if args.compile is not None:
-        config = dict(recipe.config)
-        _forward_to_field(recipe.name, "--compile", args.compile, recipe.reproduction.config_class, config)
-        recipe = dataclasses.replace(recipe, config=config)
+    config = dict(recipe.config)
+    _forward_session_options(args, recipe.name, recipe.reproduction.config_class, config)
+    recipe = dataclasses.replace(recipe, config=config)
     _check_seeds(args.seeds)
     out = _output_dir(args, "sweep-", recipe.name)
     report = recipe.run(out, args.seeds, args.quick, on_event=_print_event)
