@@ -1,4 +1,5 @@
-"""Same config + seed = identical metrics; a run killed with SIGKILL and resumed ends identically."""
+"""Same config + seed = identical metrics; a run killed with SIGKILL, or stopped by SIGINT / SIGTERM between
+two evaluations, and resumed ends identically."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from conftest import TINY_RUN
 from recombine import run_config
@@ -70,6 +72,48 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path: Path) -> None:
     final = json.loads((killed / "result.json").read_text())
     expected = json.loads((reference / "result.json").read_text())
     assert final["selected"] == expected["selected"] and final["best_step"] == expected["best_step"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_checkpoints_the_step_in_progress_and_resumes_identically(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    # one evaluation, at the very end: every step the stopped run keeps is in its stop-time checkpoint
+    overrides = [*TINY_RUN, "train.steps=400", "train.eval_every=400", "train.log_every=7"]
+    reference = tmp_path / "reference"
+    fit(run_config.resolve(run_config.parse_overrides(overrides)), reference, progress=False)
+
+    stopped = tmp_path / "stopped"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        _train_command(stopped, *overrides),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    metrics = stopped / "metrics.jsonl"
+    while not (metrics.exists() and metrics.read_text().strip()):  # the first logging window is written
+        assert proc.poll() is None, "training ended before it logged"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=120)
+    if (stopped / "result.json").exists():
+        pytest.skip("the run finished before the signal arrived (machine too fast for this test)")
+    assert proc.returncode == 130 and "interrupted: resume with" in stderr, stderr
+
+    checkpoint_step = torch.load(stopped / "last.pt", weights_only=False)["step"]
+    logged_steps = [record["step"] for record in comparable(metrics)]
+    assert 0 < max(logged_steps) <= checkpoint_step < 400  # no logged step is lost
+    resumed = subprocess.run(
+        _train_command(stopped, "--resume", str(stopped)), capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert comparable(metrics) == comparable(reference / "metrics.jsonl")
+    final = json.loads((stopped / "result.json").read_text())
+    assert final["selected"] == json.loads((reference / "result.json").read_text())["selected"]
 
 
 def test_nan_loss_stops_with_message_and_keeps_checkpoint(tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ split (``valid_ood``), and report the test accuracies of that checkpoint.
 Determinism: parameters are initialised after ``torch.manual_seed(seed)``, batches come from a
 dedicated ``torch.Generator``, and the checkpoint stores both RNG states (and the GPU's, on a CUDA
 device), so a run resumed from ``last.pt`` continues exactly as the uninterrupted run would (on a CPU;
-CUDA kernels are not bit-for-bit repeatable, see :mod:`recombine.train.device`).
+CUDA kernels are not bit-for-bit repeatable, see :mod:`recombine.train.device`). ``last.pt`` is written
+at every evaluation and, on Ctrl-C or SIGTERM, after the step in progress
+(:mod:`recombine.train.stop_requests`), so an interrupted run loses no finished step.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from recombine.train.compilation import for_training
 from recombine.train.device import CPU, describe_device
 from recombine.train.objectives import objective_for
 from recombine.train.schedules import lr_multiplier
+from recombine.train.stop_requests import StopRequests
 
 
 class TrainingDiverged(RuntimeError):
@@ -140,66 +143,79 @@ def fit(
     window_start = time.perf_counter()
     session_start = time.perf_counter() - elapsed
     bar = tqdm(total=train_cfg.steps, initial=step, disable=not progress, desc=run.path.name, leave=False)
+    saved_step = step  # the step last.pt holds
     try:
-        while step < train_cfg.steps:
-            batch = objective.batch(
-                splits["train"], train_cfg.batch_size, batch_generator, train_cfg.sampling == "depth_balanced"
-            )
-            loss, n_correct, n_examples = objective.loss(step_model, batch)
-            if not math.isfinite(loss.item()):
-                run.write_result({"status": "diverged", "step": step + 1, "last_good_step": _last_step(run)})
-                raise TrainingDiverged(
-                    f"loss became {loss.item()} at step {step + 1}; the last good checkpoint "
-                    f"(step {_last_step(run)}) is kept in {run.checkpoint_path('last')}"
+        with StopRequests() as stop:  # Ctrl-C / SIGTERM: end the step in progress, checkpoint, stop
+            while step < train_cfg.steps:
+                if stop.requested:  # between two steps: weights, optimizer, RNGs and step agree
+                    if step != saved_step:
+                        elapsed = time.perf_counter() - session_start
+                        run.save_checkpoint("last", checkpoint_state())
+                    raise KeyboardInterrupt
+                batch = objective.batch(
+                    splits["train"],
+                    train_cfg.batch_size,
+                    batch_generator,
+                    train_cfg.sampling == "depth_balanced",
                 )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if train_cfg.grad_clip > 0:
-                nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
-            optimizer.step()
-            scheduler.step()
-            step += 1
-            bar.update(1)
+                loss, n_correct, n_examples = objective.loss(step_model, batch)
+                if not math.isfinite(loss.item()):
+                    run.write_result(
+                        {"status": "diverged", "step": step + 1, "last_good_step": _last_step(run)}
+                    )
+                    raise TrainingDiverged(
+                        f"loss became {loss.item()} at step {step + 1}; the last good checkpoint "
+                        f"(step {_last_step(run)}) is kept in {run.checkpoint_path('last')}"
+                    )
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if train_cfg.grad_clip > 0:
+                    nn.utils.clip_grad_norm_(model.parameters(), train_cfg.grad_clip)
+                optimizer.step()
+                scheduler.step()
+                step += 1
+                bar.update(1)
 
-            window["loss"] += loss.item() * n_examples
-            window["correct"] += n_correct
-            window["count"] += n_examples
-            if step % train_cfg.log_every == 0 or step == train_cfg.steps:
-                seconds = time.perf_counter() - window_start
-                record = {
-                    "step": step,
-                    "kind": "train",
-                    "loss": window["loss"] / window["count"],
-                    "accuracy": window["correct"] / window["count"],
-                    "lr": scheduler.get_last_lr()[0],
-                    "examples_per_s": window["count"] / max(seconds, 1e-9),
-                }
-                run.append_metrics(record)
-                for key in ("loss", "accuracy", "lr", "examples_per_s"):
-                    writer.add_scalar(f"train/{key}", record[key], step)
-                bar.set_postfix(
-                    loss=f"{record['loss']:.3f}",
-                    acc=f"{record['accuracy']:.3f}",
-                    ex_s=f"{record['examples_per_s']:.0f}",
-                )
-                window = {"loss": 0.0, "correct": 0, "count": 0}
-                window_start = time.perf_counter()
+                window["loss"] += loss.item() * n_examples
+                window["correct"] += n_correct
+                window["count"] += n_examples
+                if step % train_cfg.log_every == 0 or step == train_cfg.steps:
+                    seconds = time.perf_counter() - window_start
+                    record = {
+                        "step": step,
+                        "kind": "train",
+                        "loss": window["loss"] / window["count"],
+                        "accuracy": window["correct"] / window["count"],
+                        "lr": scheduler.get_last_lr()[0],
+                        "examples_per_s": window["count"] / max(seconds, 1e-9),
+                    }
+                    run.append_metrics(record)
+                    for key in ("loss", "accuracy", "lr", "examples_per_s"):
+                        writer.add_scalar(f"train/{key}", record[key], step)
+                    bar.set_postfix(
+                        loss=f"{record['loss']:.3f}",
+                        acc=f"{record['accuracy']:.3f}",
+                        ex_s=f"{record['examples_per_s']:.0f}",
+                    )
+                    window = {"loss": 0.0, "correct": 0, "count": 0}
+                    window_start = time.perf_counter()
 
-            if step % train_cfg.eval_every == 0 or step == train_cfg.steps:
-                results = {
-                    name: objective.evaluate(model, splits[name], train_cfg.eval_batch_size)
-                    for name in task.evaluation_splits
-                }
-                run.append_metrics({"step": step, "kind": "eval", "splits": results})
-                for name, values in results.items():
-                    writer.add_scalar(f"{name}/accuracy", values["accuracy"], step)
-                    writer.add_scalar(f"{name}/loss", values["loss"], step)
-                elapsed = time.perf_counter() - session_start
-                if results[selection]["accuracy"] > best_accuracy:
-                    best_accuracy, best_step = results[selection]["accuracy"], step
-                    run.save_checkpoint("best", checkpoint_state())
-                run.save_checkpoint("last", checkpoint_state())
-                writer.flush()
+                if step % train_cfg.eval_every == 0 or step == train_cfg.steps:
+                    results = {
+                        name: objective.evaluate(model, splits[name], train_cfg.eval_batch_size)
+                        for name in task.evaluation_splits
+                    }
+                    run.append_metrics({"step": step, "kind": "eval", "splits": results})
+                    for name, values in results.items():
+                        writer.add_scalar(f"{name}/accuracy", values["accuracy"], step)
+                        writer.add_scalar(f"{name}/loss", values["loss"], step)
+                    elapsed = time.perf_counter() - session_start
+                    if results[selection]["accuracy"] > best_accuracy:
+                        best_accuracy, best_step = results[selection]["accuracy"], step
+                        run.save_checkpoint("best", checkpoint_state())
+                    run.save_checkpoint("last", checkpoint_state())
+                    saved_step = step
+                    writer.flush()
     finally:
         bar.close()
         writer.close()

@@ -1,0 +1,52 @@
+"""Stop a training loop between two steps when asked to (Ctrl-C, ``kill``, a job scheduler's SIGTERM).
+
+Why: a run checkpoints at its evaluations, every ``train.eval_every`` steps. Interrupted anywhere else, it
+used to lose the steps since the last evaluation, which on a time-limited GPU or a slow CPU run can be
+many minutes. Instead, the first SIGINT or SIGTERM only sets a flag; the loop finishes the step it is in,
+writes ``last.pt`` at that step and stops (:func:`recombine.train.supervised.fit`). Stopping between steps
+matters: mid-step, the weights, optimizer, random states and step counter disagree, and a checkpoint then
+would not resume to the same run. A second Ctrl-C stops at once, as before.
+
+Signal handlers can only be installed from the main thread; elsewhere (a training loop in a worker
+thread) :class:`StopRequests` does nothing and signals keep their usual effect.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType, TracebackType
+
+HANDLED = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopRequests:
+    """Context manager: while active, SIGINT and SIGTERM set :attr:`signal` instead of stopping."""
+
+    def __init__(self) -> None:
+        self.signal: signal.Signals | None = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # asked twice: stop now
+        self.signal = signal.Signals(signum)
+
+    def __enter__(self) -> StopRequests:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {signum: signal.signal(signum, self._handle) for signum in HANDLED}
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+        self._previous = {}
