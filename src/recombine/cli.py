@@ -344,6 +344,28 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from recombine.runs.reevaluation import evaluate_run, format_evaluations
+    from recombine.train.device import resolve_device
+
+    layers: list[int | None] = [None]
+    if args.test_layers:
+        try:
+            layers = [int(value) for value in args.test_layers.split(",")]
+        except ValueError:
+            raise UserError(
+                f"--test-layers takes comma-separated integers, got {args.test_layers!r}"
+            ) from None
+    splits = args.splits.split(",") if args.splits else None
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
+    result = evaluate_run(
+        args.run, args.checkpoint, layers, splits, args.batch_size, resolve_device(args.device)
+    )
+    print(json.dumps(result.to_dict(), indent=2) if args.json else format_evaluations(result))
+    return 0
+
+
 #: Tasks with an official file format: name -> module with ``export_official(data, part, out)``.
 EXPORTERS = {"scan": "recombine.tasks.scan", "pcfg": "recombine.tasks.pcfg_set"}
 
@@ -519,6 +541,24 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--checkpoint", default="best", choices=["best", "last"])
     inspect.add_argument("--out", help="PNG path (default RUN/figures/maps-SPLIT-INDEX.png)")
     inspect.set_defaults(handler=cmd_inspect)
+
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="evaluate a stored run's checkpoint again, e.g. with other shared-layer step counts",
+    )
+    evaluate.add_argument("run", help="a run directory")
+    evaluate.add_argument("--checkpoint", default="best", choices=["best", "last"])
+    evaluate.add_argument(
+        "--test-layers",
+        help="comma-separated shared-layer step counts (model.test_layers); default: the run's own",
+    )
+    evaluate.add_argument("--splits", help="comma-separated splits (default: those the run evaluated)")
+    evaluate.add_argument(
+        "--batch-size", type=int, help="evaluation batch size (default: train.eval_batch_size)"
+    )
+    evaluate.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    evaluate.add_argument("--json", action="store_true", help="machine-readable output")
+    evaluate.set_defaults(handler=cmd_evaluate)
 
     probe = commands.add_parser(
         "probe",
