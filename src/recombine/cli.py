@@ -351,12 +351,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     layers: list[int | None] = [None]
     if args.test_layers:
         try:
-            layers = [int(value) for value in args.test_layers.split(",")]
+            layers = [int(value) for value in _comma_list(args.test_layers) or []]
         except ValueError:
             raise UserError(
                 f"--test-layers takes comma-separated integers, got {args.test_layers!r}"
             ) from None
-    splits = args.splits.split(",") if args.splits else None
+    splits = _comma_list(args.splits)
     if args.batch_size is not None and args.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
     result = evaluate_run(

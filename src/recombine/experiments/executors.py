@@ -43,10 +43,17 @@ class LocalExecutor:
     def run(self, specs: list[TrialSpec], trial: TrialFunction = run_trial) -> Iterator[TrialOutcome]:
         if not specs:
             return
-        with ThreadPoolExecutor(max_workers=max(1, self.workers)) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, self.workers))
+        try:
             futures = [pool.submit(trial, spec) for spec in specs]
             for future in as_completed(futures):
                 yield future.result()
+        except (
+            BaseException
+        ):  # Ctrl-C (or the consumer stopped): start no further trial, wait for the running
+            pool.shutdown(wait=True, cancel_futures=True)  # ones, which got the signal too and checkpoint
+            raise
+        pool.shutdown()
 
 
 @dataclass

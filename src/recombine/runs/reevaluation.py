@@ -63,6 +63,9 @@ def evaluate_run(
     """Evaluate ``checkpoint`` of the run at ``run_path`` once per entry of ``test_layers`` (``None``: as
     the run was configured) on ``splits`` (default: the splits the run evaluated during training), with
     batches of ``batch_size`` (default: the run's ``train.eval_batch_size``)."""
+    for layers in test_layers:
+        if layers is not None and layers < 1:
+            raise UserError(f"test layers must be >= 1, got {layers}")
     run = RunDir(run_path)
     stored = run.read_config()  # a UserError when run_path is no run directory
     config = run_config.resolve(stored)
@@ -76,8 +79,6 @@ def evaluate_run(
     prepared = {name: objective.prepare(task.splits[name]) for name in names}
     evaluations = []
     for layers in test_layers:
-        if layers is not None and layers < 1:
-            raise UserError(f"test layers must be >= 1, got {layers}")
         changed = stored if layers is None else run_config.merge(stored, {"model": {"test_layers": layers}})
         model = build_model(run_config.resolve(changed), task)  # a UserError for models without the field
         model.load_state_dict(state["model"])
@@ -88,7 +89,9 @@ def evaluate_run(
                 for name, split in prepared.items()
             }
         evaluations.append(Evaluation(layers, results))
-    configured = getattr(config.model, "test_layers", 0) or getattr(config.model, "n_layers", None)
+    configured = None  # only shared-layer models have a number of steps to report
+    if hasattr(config.model, "test_layers"):
+        configured = config.model.test_layers or config.model.n_layers
     return RunEvaluations(Path(run_path), checkpoint, int(state["step"]), configured, evaluations)
 
 

@@ -8,7 +8,8 @@ matters: mid-step, the weights, optimizer, random states and step counter disagr
 would not resume to the same run. A second Ctrl-C stops at once, as before.
 
 Signal handlers can only be installed from the main thread; elsewhere (a training loop in a worker
-thread) :class:`StopRequests` does nothing and signals keep their usual effect.
+thread) :class:`StopRequests` does nothing and signals keep their usual effect. A signal the process
+ignores (SIGINT of a job started with ``&`` from a script) stays ignored.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ class StopRequests:
 
     def __enter__(self) -> StopRequests:
         if threading.current_thread() is threading.main_thread():
-            self._previous = {signum: signal.signal(signum, self._handle) for signum in HANDLED}
+            for signum in HANDLED:
+                if signal.getsignal(signum) is not signal.SIG_IGN:  # e.g. SIGINT of a `cmd &` in a script
+                    self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def __exit__(
@@ -48,5 +51,6 @@ class StopRequests:
         traceback: TracebackType | None,
     ) -> None:
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
+            # None: a handler installed from C, which Python cannot reinstall; the default is closest
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)  # type: ignore[arg-type]
         self._previous = {}

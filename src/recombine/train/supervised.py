@@ -160,12 +160,10 @@ def fit(
                 )
                 loss, n_correct, n_examples = objective.loss(step_model, batch)
                 if not math.isfinite(loss.item()):
-                    run.write_result(
-                        {"status": "diverged", "step": step + 1, "last_good_step": _last_step(run)}
-                    )
+                    run.write_result({"status": "diverged", "step": step + 1, "last_good_step": saved_step})
                     raise TrainingDiverged(
                         f"loss became {loss.item()} at step {step + 1}; the last good checkpoint "
-                        f"(step {_last_step(run)}) is kept in {run.checkpoint_path('last')}"
+                        f"(step {saved_step}) is kept in {run.checkpoint_path('last')}"
                     )
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -234,11 +232,6 @@ def _unrecorded_devices(state: dict[str, Any]) -> list[dict[str, Any]]:
     if state["step"] == 0:
         return []
     return [{"from_step": 0, "device": "cuda (not recorded)" if "cuda_rng" in state else "not recorded"}]
-
-
-def _last_step(run: RunDir) -> int:
-    evals = [r["step"] for r in run.read_metrics() if r.get("kind") == "eval"]
-    return evals[-1] if evals else 0
 
 
 def summarise(run: RunDir, selection: str) -> dict[str, Any]:
