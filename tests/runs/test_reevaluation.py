@@ -56,7 +56,8 @@ def test_test_layers_equal_to_the_trained_depth_changes_nothing_and_others_chang
 
 
 def test_cli_table_and_json(trained_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["evaluate", str(trained_run), "--test-layers", "3, 5", "--splits", "valid_ood, test_ood"]) == 0
+    arguments = ["--test-layers", "3, 5", "--splits", "valid_ood, test_ood"]  # spaces after commas are fine
+    assert main(["evaluate", str(trained_run), *arguments]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[1].split() == ["test", "layers", "valid_ood", "test_ood"]
     assert [line.split()[0] for line in table[2:4]] == ["3", "5"]
