@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from recombine.errors import UserError
+from recombine.stop_signals import sigterm_as_keyboard_interrupt
 
 
 class _Parser(argparse.ArgumentParser):
@@ -735,7 +736,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "reproduce":
         args.overrides = list(args.overrides) + extra
     try:
-        return args.handler(args)
+        with sigterm_as_keyboard_interrupt():  # `kill PID` ends a command as Ctrl-C does
+            return args.handler(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -6,12 +6,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+import yaml
 
 from recombine.errors import UserError
 from recombine.experiments import REPRODUCTIONS
@@ -180,3 +184,54 @@ def test_ray_executor_runs_a_two_trial_sweep_on_a_local_instance(tmp_path: Path)
     assert results["table"]["ok"]["fwd"]["ood"]["n"] == 2
     again = run_trials(recipe, tmp_path, seeds=2, quick=False, executor=RayExecutor(workers=2))
     assert again.skipped == 2 and again.outcomes == []
+
+
+@pytest.mark.slow
+def test_a_sweep_stopped_by_sigterm_stops_its_trials_after_their_step(tmp_path: Path) -> None:
+    """`kill PID` reaches the sweep process alone: it passes the stop on to its trial, which checkpoints the
+    step it was in, and starts no further trial; the same command then resumes."""
+    # one evaluation, at the end (tens of seconds): the stop-time checkpoint is the only one before it
+    steps = 1500
+    recipe = tiny_recipe(
+        [{"label": "a", "train": {"steps": steps, "eval_every": steps, "log_every": 7}}], seeds=2
+    )
+    recipe_path = tmp_path / "tiny.yaml"
+    recipe_path.write_text(yaml.safe_dump(recipe))
+    grid = tmp_path / "grid"
+    command = [
+        sys.executable,
+        "-m",
+        "recombine",
+        "sweep",
+        str(recipe_path),
+        "--out",
+        str(grid),
+        "--workers",
+        "1",
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    sweep = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = grid / "runs" / "a--fwd--seed1" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.read_text().strip()):
+        assert sweep.poll() is None, sweep.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    first = grid / "runs" / "a--fwd--seed1"
+    if (first / "result.json").exists():
+        pytest.skip("the trial finished before it could be stopped (machine too fast for this test)")
+    sweep.send_signal(signal.SIGTERM)  # the sweep process only, not its process group
+    _, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 130 and "interrupted" in stderr, stderr
+    assert not (first / "result.json").exists()  # stopped, not trained to the end
+    assert not (first / "trial.pid").exists()  # the sweep waited for its trial to end
+    logged = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    checkpoint_step = torch.load(first / "last.pt", weights_only=False)["step"]
+    assert 0 < max(logged) <= checkpoint_step < steps
+    assert not (grid / "runs" / "a--fwd--seed2").exists()  # queued, never started
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    for seed in (1, 2):
+        result = json.loads((grid / "runs" / f"a--fwd--seed{seed}" / "result.json").read_text())
+        assert result["status"] == "completed" and result["steps"] == steps

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from recombine.errors import UserError, choices_hint
-from recombine.experiments.trial import TrialOutcome, TrialSpec, run_trial
+from recombine.experiments.trial import TrialOutcome, TrialSpec, run_trial, stop_running_trials
 from recombine.runs.trial_record import write_failure
 
 EXECUTORS = ("local", "ray")
@@ -48,10 +48,12 @@ class LocalExecutor:
             futures = [pool.submit(trial, spec) for spec in specs]
             for future in as_completed(futures):
                 yield future.result()
-        except (
-            BaseException
-        ):  # Ctrl-C (or the consumer stopped): start no further trial, wait for the running
-            pool.shutdown(wait=True, cancel_futures=True)  # ones, which got the signal too and checkpoint
+        except BaseException:
+            # Ctrl-C, SIGTERM, or the consumer stopped: start no further trial, stop the running ones (each
+            # checkpoints after its step) and wait for them
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_running_trials()
+            pool.shutdown(wait=True)
             raise
         pool.shutdown()
 

@@ -14,6 +14,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,21 @@ def _describe_exit(code: int) -> str:
     return f"exit code {code}"
 
 
+#: the ``recombine train`` processes this interpreter's trials are waiting on (one per worker thread)
+_running: set[subprocess.Popen[bytes]] = set()
+_running_lock = threading.Lock()
+
+
+def stop_running_trials() -> None:
+    """Send SIGTERM to every trial process still running: each finishes its step, writes ``last.pt`` and
+    exits (:mod:`recombine.stop_signals`). For a sweep stopped by a signal its trials did not get
+    (``kill PID`` of the sweep alone); for those that did, a second SIGTERM changes nothing."""
+    with _running_lock:
+        for process in _running:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+
+
 def run_trial(spec: TrialSpec) -> TrialOutcome:
     """Train (or resume) one run; record a failure instead of raising."""
     run_path = spec.run_path
@@ -112,9 +128,13 @@ def run_trial(spec: TrialSpec) -> TrialOutcome:
             code, reason = None, f"could not start training: {e}"
         else:
             write_pid(run_path, process.pid)
+            with _running_lock:
+                _running.add(process)
             try:
                 code = process.wait()
             finally:
+                with _running_lock:
+                    _running.discard(process)
                 clear_pid(run_path)
             reason = ""
     wall = time.perf_counter() - started

@@ -11,7 +11,7 @@ dedicated ``torch.Generator``, and the checkpoint stores both RNG states (and th
 device), so a run resumed from ``last.pt`` continues exactly as the uninterrupted run would (on a CPU;
 CUDA kernels are not bit-for-bit repeatable, see :mod:`recombine.train.device`). ``last.pt`` is written
 at every evaluation and, on Ctrl-C or SIGTERM, after the step in progress
-(:mod:`recombine.train.stop_requests`), so an interrupted run loses no finished step.
+(:mod:`recombine.stop_signals`), so an interrupted run loses no finished step.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from recombine import models, tasks
 from recombine.errors import UserError
 from recombine.run_config import RunConfig
 from recombine.runs.store import RunDir
+from recombine.stop_signals import StopRequests
 from recombine.tasks.base import TaskData
 from recombine.train.compilation import for_training
 from recombine.train.device import CPU, describe_device
 from recombine.train.objectives import objective_for
 from recombine.train.schedules import lr_multiplier
-from recombine.train.stop_requests import StopRequests
 
 
 class TrainingDiverged(RuntimeError):

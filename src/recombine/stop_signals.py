@@ -10,12 +10,18 @@ would not resume to the same run. A second Ctrl-C stops at once, as before.
 Signal handlers can only be installed from the main thread; elsewhere (a training loop in a worker
 thread) :class:`StopRequests` does nothing and signals keep their usual effect. A signal the process
 ignores (SIGINT of a job started with ``&`` from a script) stays ignored.
+
+:func:`sigterm_as_keyboard_interrupt` makes SIGTERM end a command the way Ctrl-C does (the CLI's
+``interrupted`` line, exit code 130, a sweep stopping its trials), where it would otherwise end the
+process on the spot.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType, TracebackType
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
@@ -54,3 +60,24 @@ class StopRequests:
             # None: a handler installed from C, which Python cannot reinstall; the default is closest
             signal.signal(signum, signal.SIG_DFL if handler is None else handler)  # type: ignore[arg-type]
         self._previous = {}
+
+
+def _raise_keyboard_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def sigterm_as_keyboard_interrupt() -> Iterator[None]:
+    """While active (main thread only), SIGTERM raises KeyboardInterrupt; an ignored SIGTERM stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

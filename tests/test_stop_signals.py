@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from recombine.train.stop_requests import StopRequests
+from recombine.stop_signals import StopRequests, sigterm_as_keyboard_interrupt
 
 
 @pytest.fixture(autouse=True)
@@ -59,3 +59,14 @@ def test_outside_the_main_thread_nothing_is_installed() -> None:
     thread.start()
     thread.join()
     assert seen == [before]
+
+
+def test_sigterm_as_keyboard_interrupt_while_active_only() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), sigterm_as_keyboard_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) == before
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with sigterm_as_keyboard_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)  # ignored, as before
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
