@@ -1,14 +1,23 @@
-"""The local executor runs trials ``workers`` at a time, and once interrupted starts no further trial."""
+"""The local executor runs trials ``workers`` at a time, and once interrupted starts no further trial, not
+even one a worker thread has already taken from the queue."""
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from recombine.experiments.executors import LocalExecutor
-from recombine.experiments.trial import TrialOutcome, TrialSpec
+from recombine.experiments.trial import (
+    NOT_STARTED,
+    TrialOutcome,
+    TrialSpec,
+    allow_trials,
+    run_trial,
+    stop_running_trials,
+)
 
 
 def specs(n: int) -> list[TrialSpec]:
@@ -47,3 +56,14 @@ def test_an_interrupt_starts_no_further_trial() -> None:
         outcomes.throw(KeyboardInterrupt)  # Ctrl-C while the sweep waits for the next trial
     time.sleep(0.3)  # a trial wrongly left queued would start now
     assert started in (["runs/trial0"], ["runs/trial0", "runs/trial1"])
+
+
+def test_a_trial_taken_from_the_queue_after_the_stop_does_not_start(tmp_path: Path) -> None:
+    spec = TrialSpec(str(tmp_path), "runs/a", {"train": {"steps": 1}})
+    stop_running_trials()  # what the executor does on Ctrl-C, before it waits for its worker threads
+    try:
+        outcome = run_trial(spec)
+    finally:
+        allow_trials()
+    assert not outcome.ok and outcome.reason == NOT_STARTED
+    assert not (tmp_path / "runs").exists()  # no run directory, no failure record: nothing was attempted

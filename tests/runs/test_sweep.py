@@ -22,7 +22,7 @@ from recombine.experiments import REPRODUCTIONS
 from recombine.experiments.executors import LocalExecutor, RayExecutor, make_executor
 from recombine.experiments.recipe import load_sweep_recipe, reproduction_from_recipe
 from recombine.experiments.reproduction import run_trials
-from recombine.experiments.trial import TrialSpec, train_command
+from recombine.experiments.trial import TrialOutcome, TrialSpec, train_command
 from recombine.runs.listing import find_runs
 from recombine.runs.report import collect, render
 from recombine.runs.trial_record import read_failure
@@ -184,6 +184,18 @@ def test_ray_executor_runs_a_two_trial_sweep_on_a_local_instance(tmp_path: Path)
     assert results["table"]["ok"]["fwd"]["ood"]["n"] == 2
     again = run_trials(recipe, tmp_path, seeds=2, quick=False, executor=RayExecutor(workers=2))
     assert again.skipped == 2 and again.outcomes == []
+
+
+@pytest.mark.slow
+def test_while_ray_runs_a_sweep_sigterm_keeps_its_meaning(tmp_path: Path) -> None:
+    """ray.init makes SIGTERM call sys.exit; the executor puts back the handler the CLI installed."""
+    ray = pytest.importorskip("ray")
+    sigterm = signal.getsignal(signal.SIGTERM)
+    specs = [TrialSpec(str(tmp_path), f"runs/t{i}", {"train": {"steps": 1}}) for i in range(2)]
+    outcomes = RayExecutor(workers=1).run(specs, lambda spec: TrialOutcome(spec.run, True, 0.0))
+    assert next(outcomes).ok
+    assert ray.is_initialized() and signal.getsignal(signal.SIGTERM) == sigterm
+    assert [o.ok for o in outcomes] == [True]
 
 
 @pytest.mark.slow

@@ -15,6 +15,8 @@ Both run the same function, :func:`recombine.experiments.trial.run_trial`, and y
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -22,7 +24,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from recombine.errors import UserError, choices_hint
-from recombine.experiments.trial import TrialOutcome, TrialSpec, run_trial, stop_running_trials
+from recombine.experiments.trial import (
+    TrialOutcome,
+    TrialSpec,
+    allow_trials,
+    run_trial,
+    stop_running_trials,
+)
 from recombine.runs.trial_record import write_failure
 
 EXECUTORS = ("local", "ray")
@@ -43,6 +51,7 @@ class LocalExecutor:
     def run(self, specs: list[TrialSpec], trial: TrialFunction = run_trial) -> Iterator[TrialOutcome]:
         if not specs:
             return
+        allow_trials()
         pool = ThreadPoolExecutor(max_workers=max(1, self.workers))
         try:
             futures = [pool.submit(trial, spec) for spec in specs]
@@ -54,6 +63,7 @@ class LocalExecutor:
             pool.shutdown(wait=False, cancel_futures=True)
             stop_running_trials()
             pool.shutdown(wait=True)
+            allow_trials()  # the stop was this sweep's
             raise
         pool.shutdown()
 
@@ -75,10 +85,14 @@ class RayExecutor:
             ) from None
         started_here = not ray.is_initialized()
         if started_here:
+            sigterm = signal.getsignal(signal.SIGTERM)
             if self.address:
                 ray.init(address=self.address, log_to_driver=False)
             else:
                 ray.init(num_cpus=max(1, self.workers), include_dashboard=False, log_to_driver=False)
+            # ray.init makes SIGTERM call sys.exit; keep the CLI's meaning (as Ctrl-C)
+            if sigterm is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, sigterm)
         try:
             gpus = ray.cluster_resources().get("GPU", 0.0)
             if self.gpus_per_trial > gpus:  # Ray would keep the trials waiting for ever

@@ -98,16 +98,25 @@ def _describe_exit(code: int) -> str:
     return f"exit code {code}"
 
 
-#: the ``recombine train`` processes this interpreter's trials are waiting on (one per worker thread)
+#: the ``recombine train`` processes this interpreter's trials are waiting on (one per worker thread), and
+#: whether the sweep was stopped; a trial starts its process under the lock only while it was not
 _running: set[subprocess.Popen[bytes]] = set()
 _running_lock = threading.Lock()
+_stopped = threading.Event()
+NOT_STARTED = "not started: the sweep was stopped"
+
+
+def allow_trials() -> None:
+    """Let trials start (again): a sweep calls this before it starts its first."""
+    _stopped.clear()
 
 
 def stop_running_trials() -> None:
-    """Send SIGTERM to every trial process still running: each finishes its step, writes ``last.pt`` and
-    exits (:mod:`recombine.stop_signals`). For a sweep stopped by a signal its trials did not get
-    (``kill PID`` of the sweep alone); for those that did, a second SIGTERM changes nothing."""
+    """Start no further trial process, and send SIGTERM to every one still running: each finishes its step,
+    writes ``last.pt`` and exits (:mod:`recombine.stop_signals`). For a sweep stopped by a signal its trials
+    did not get (``kill PID`` of the sweep alone); for those that did, a second SIGTERM changes nothing."""
     with _running_lock:
+        _stopped.set()
         for process in _running:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -115,6 +124,8 @@ def stop_running_trials() -> None:
 
 def run_trial(spec: TrialSpec) -> TrialOutcome:
     """Train (or resume) one run; record a failure instead of raising."""
+    if _stopped.is_set():
+        return TrialOutcome(spec.run, False, 0.0, NOT_STARTED)
     run_path = spec.run_path
     run_path.mkdir(parents=True, exist_ok=True)
     clear_failure(run_path)  # this attempt's outcome replaces the last one's
@@ -122,14 +133,18 @@ def run_trial(spec: TrialSpec) -> TrialOutcome:
     started = time.perf_counter()
     with log_path.open("ab") as log:
         offset = log.tell()
+        process, code = None, None
         try:
-            process = subprocess.Popen(train_command(spec), stdout=log, stderr=subprocess.STDOUT)
+            with _running_lock:  # no process starts once stop_running_trials has run
+                if _stopped.is_set():
+                    reason = NOT_STARTED
+                else:
+                    process = subprocess.Popen(train_command(spec), stdout=log, stderr=subprocess.STDOUT)
+                    _running.add(process)
         except OSError as e:
-            code, reason = None, f"could not start training: {e}"
-        else:
+            reason = f"could not start training: {e}"
+        if process is not None:
             write_pid(run_path, process.pid)
-            with _running_lock:
-                _running.add(process)
             try:
                 code = process.wait()
             finally:
