@@ -37,9 +37,8 @@ class RunEvaluations:
     run: Path
     checkpoint: str  # "best" or "last"
     step: int  # the checkpoint's training step
-    configured_layers: (
-        int | None
-    )  # the steps the run evaluates with by its config (None: not a layered model)
+    # the steps the run evaluates with by its config (None: not a shared-layer model)
+    configured_layers: int | None
     evaluations: list[Evaluation]
 
     def to_dict(self) -> dict[str, Any]:
