@@ -14,6 +14,7 @@ from recombine.cli import main
 from recombine.runs.reevaluation import evaluate_run
 from recombine.runs.store import RunDir
 from recombine.train import fit
+from recombine.train.supervised import SELECTED_MODEL_KEYS
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,16 @@ def test_the_checkpoint_evaluates_to_what_the_run_logged_at_its_step(
         assert evaluation.splits[name]["loss"] == pytest.approx(values["loss"], rel=1e-6)
 
 
+def test_best_holds_the_selected_model_without_the_state_only_resuming_needs(trained_run: Path) -> None:
+    run = RunDir(trained_run)
+    best, last = run.load_checkpoint("best"), run.load_checkpoint("last")
+    assert set(best) == set(SELECTED_MODEL_KEYS)
+    assert {"optimizer", "scheduler", "batch_rng", "torch_rng"} <= set(last)
+    assert best["step"] == best["best_step"] == run.read_result()["best_step"]
+    # AdamW keeps two moments per weight: without them the file is about a third of last.pt
+    assert run.checkpoint_path("best").stat().st_size < 0.5 * run.checkpoint_path("last").stat().st_size
+
+
 def test_test_layers_equal_to_the_trained_depth_changes_nothing_and_others_change_the_model(
     trained_run: Path,
 ) -> None:
@@ -67,10 +78,8 @@ def test_cli_table_and_json(trained_run: Path, capsys: pytest.CaptureFixture[str
     logged = logged_evaluation(trained_run, payload["step"])
     evaluated = payload["evaluations"][0]["splits"]
     assert set(evaluated) == set(logged)
-    for (
-        name,
-        values,
-    ) in logged.items():  # the loss tells checkpoints apart (this tiny run's accuracy barely moves)
+    # the loss tells checkpoints apart (this tiny run's accuracy barely moves)
+    for name, values in logged.items():
         assert evaluated[name]["accuracy"] == values["accuracy"]
         assert evaluated[name]["loss"] == pytest.approx(values["loss"], rel=1e-6)
 

@@ -6,7 +6,8 @@
     RUN/metrics.jsonl    one JSON record per log/eval event: the source of truth
     RUN/events/          TensorBoard event files
     RUN/last.pt          the latest checkpoint (model, optimizer, RNG states, step)
-    RUN/best.pt          the checkpoint selected by accuracy on the selection split
+    RUN/best.pt          the model selected by accuracy on the selection split (weights, step, config;
+                         no optimizer or RNG state: runs resume from last.pt)
     RUN/result.json      written once the run finishes: status and selected accuracies
 
 Checkpoints are written atomically (temporary file + rename) so a SIGKILL never leaves a torn
