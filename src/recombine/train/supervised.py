@@ -208,10 +208,13 @@ def fit(
                         writer.add_scalar(f"{name}/accuracy", values["accuracy"], step)
                         writer.add_scalar(f"{name}/loss", values["loss"], step)
                     elapsed = time.perf_counter() - session_start
-                    if results[selection]["accuracy"] > best_accuracy:
+                    improved = results[selection]["accuracy"] > best_accuracy
+                    if improved:
                         best_accuracy, best_step = results[selection]["accuracy"], step
-                        run.save_checkpoint("best", selected_model_state(checkpoint_state()))
-                    run.save_checkpoint("last", checkpoint_state())
+                    state = checkpoint_state()  # best.pt and last.pt of one evaluation hold one step
+                    if improved:
+                        run.save_checkpoint("best", selected_model_state(state))
+                    run.save_checkpoint("last", state)
                     saved_step = step
                     writer.flush()
     finally:
