@@ -447,7 +447,10 @@ def cmd_probe_attention(args: argparse.Namespace) -> int:
 
 def cmd_probe_representations(args: argparse.Namespace) -> int:
     from recombine.probes.representation_compatibility import representation_compatibility, write_outputs
+    from recombine.runs.store import RunDir
 
+    if not RunDir(Path(args.run)).config_path.is_file():
+        return _representation_seed_study(args)
     result = representation_compatibility(
         args.run, args.checkpoint, args.clusters, args.linkage, args.min_distance
     )
@@ -456,6 +459,27 @@ def cmd_probe_representations(args: argparse.Namespace) -> int:
     print(result.summary_table())
     print(result.summary())
     print(f"written: {', '.join(str(path) for path in written)}")
+    return 0
+
+
+def _representation_seed_study(args: argparse.Namespace) -> int:
+    """``probe representations DIR`` on a directory of runs: the probe on each, beside its OOD accuracy."""
+    from recombine.probes.representation_seed_study import seed_study, write_study
+
+    out = Path(args.out) if args.out else Path(args.run) / "probes" / "representations"
+    study = seed_study(
+        args.run,
+        args.checkpoint,
+        args.split,
+        args.threshold,
+        args.clusters,
+        args.linkage,
+        args.min_distance,
+        out_dir=out,
+    )
+    written = write_study(study, out)
+    print(study.table())
+    print(f"written: {', '.join(str(path) for path in written)} and one folder per run under {out}")
     return 0
 
 
@@ -608,7 +632,11 @@ def build_parser() -> argparse.ArgumentParser:
         "representations",
         help="CTL++ symbol-representation similarity across functions, clusters, E.2.1 score (Fig. 6.3, E.2)",
     )
-    representations.add_argument("run", help="a run directory of a CTL++ classification run")
+    representations.add_argument(
+        "run",
+        help="a run directory of a CTL++ classification run, or a directory of runs (a reproduction's or "
+        "sweep's output): then every CTL++ run is probed and set beside its OOD accuracy (seed study, E.2.2)",
+    )
     representations.add_argument("--checkpoint", default="best", choices=["best", "last"])
     representations.add_argument(
         "--clusters", type=int, default=2, help="flat clusters per symbol (C_1, C_2)"
@@ -621,6 +649,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.1,
         help="keep clusters closer than this cosine distance merged (0: force the cut)",
+    )
+    representations.add_argument(
+        "--split", default="test_ood", help="seed study: the split whose accuracy decides success"
+    )
+    representations.add_argument(
+        "--threshold", type=float, default=0.95, help="seed study: a run succeeds at this accuracy or above"
     )
     representations.add_argument("--out", help="output directory (default RUN/probes/representations)")
     representations.set_defaults(handler=cmd_probe_representations)

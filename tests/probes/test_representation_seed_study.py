@@ -1,0 +1,161 @@
+"""The representation probe over a directory of runs (thesis 6.3.1, E.2.2): each CTL++ run is probed and set
+beside the accuracy its trainer recorded for the checkpoint the probe loads."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import TINY_RUN
+from recombine import run_config
+from recombine.cli import main
+from recombine.probes.representation_compatibility import representation_compatibility
+from recombine.probes.representation_seed_study import (
+    SUMMARY_COLUMNS,
+    SeedStudy,
+    StudiedRun,
+    checkpoint_accuracies,
+    seed_study,
+    write_study,
+)
+from recombine.train import fit
+from tiny_ctlpp import TINY_CTLPP
+
+
+def _train(overrides: list[str], path: Path) -> None:
+    fit(run_config.resolve(run_config.parse_overrides(overrides)), path, progress=False)
+
+
+@pytest.fixture(scope="module")
+def study_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Laid out as a reproduction's output: two seeds of one CTL++ row, a CTL run (another task) and a copy
+    of a CTL++ run without its best checkpoint."""
+    root = tmp_path_factory.mktemp("study")
+    for seed in (1, 2):
+        _train([*TINY_CTLPP, f"seed={seed}", "train.eval_every=5"], root / "runs" / f"NDR--R--seed{seed}")
+    _train([*TINY_RUN, "train.steps=10"], root / "runs" / "NDR--ctl--seed1")
+    shutil.copytree(root / "runs" / "NDR--R--seed1", root / "runs" / "NDR--R--seed9")
+    (root / "runs" / "NDR--R--seed9" / "best.pt").unlink()
+    return root
+
+
+def test_each_run_is_probed_beside_the_accuracy_its_trainer_recorded(study_root: Path) -> None:
+    study = seed_study(study_root, progress=False)
+    assert [r.name for r in study.runs] == ["runs/NDR--R--seed1", "runs/NDR--R--seed2"]
+    assert [(r.condition, r.seed, r.variant) for r in study.runs] == [("NDR--R", 1, "R"), ("NDR--R", 2, "R")]
+    assert study.skipped == [  # find_runs sorts by path
+        ("runs/NDR--R--seed9", "no best checkpoint"),
+        ("runs/NDR--ctl--seed1", "task ctl, not ctlpp"),
+    ]
+    for run in study.runs:
+        path = study_root / run.name
+        result = json.loads((path / "result.json").read_text())
+        # the best checkpoint is the one the trainer selected: its step and its accuracies are in result.json
+        assert run.step == result["best_step"] == torch.load(path / "best.pt", weights_only=False)["step"]
+        assert run.accuracy == pytest.approx(result["selected"])
+        assert run.summary == representation_compatibility(path).summary()
+    last = seed_study(study_root, checkpoint="last", progress=False)
+    assert [r.step for r in last.runs] == [20, 20, 20]  # train.steps of TINY_CTLPP
+    assert [name for name, _ in last.skipped] == ["runs/NDR--ctl--seed1"]  # seed9 still has last.pt
+
+
+def test_accuracies_are_read_at_the_checkpoint_step_only(study_root: Path) -> None:
+    path = study_root / "runs" / "NDR--R--seed1"
+    records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    evaluations = {r["step"]: r for r in records if r["kind"] == "eval"}
+    assert sorted(evaluations) == [5, 10, 15, 20]
+    for step, record in evaluations.items():
+        expected = {split: values["accuracy"] for split, values in record["splits"].items()}
+        assert checkpoint_accuracies(path, step) == pytest.approx(expected)
+    assert checkpoint_accuracies(path, 7) == {}  # e.g. a last.pt written when a run was stopped
+
+
+def _run(seed: int, accuracy: float | None, across: float, clusters: float) -> StudiedRun:
+    summary = dict.fromkeys(SUMMARY_COLUMNS, 0.5) | {
+        "similarity_across_groups": across,
+        "mean_clusters": clusters,
+    }
+    return StudiedRun(
+        name=f"runs/X--seed{seed}",
+        condition="X",
+        seed=seed,
+        variant="R",
+        step=100,
+        accuracy={} if accuracy is None else {"test_ood": accuracy},
+        summary=summary,
+    )
+
+
+def test_outcomes_and_means_on_hand_made_runs(tmp_path: Path) -> None:
+    runs = [
+        _run(1, 0.99, 0.95, 1.0),
+        _run(2, 0.95, 0.85, 1.5),
+        _run(3, 0.40, 0.60, 2.0),
+        _run(4, None, 0.1, 2.0),
+    ]
+    study = SeedStudy(tmp_path, runs, split="test_ood", threshold=0.95)
+    assert [r.outcome("test_ood", 0.95) for r in runs] == ["succeeded", "succeeded", "failed", None]
+    means = study.means()
+    assert means["succeeded"] is not None and means["failed"] is not None
+    assert means["succeeded"]["similarity_across_groups"] == pytest.approx((0.95 + 0.85) / 2)
+    assert means["succeeded"]["mean_clusters"] == pytest.approx(1.25)
+    assert means["failed"]["similarity_across_groups"] == pytest.approx(0.60)  # run 4 was never evaluated
+    assert (study.count("succeeded"), study.count("failed")) == (2, 1)
+    assert SeedStudy(tmp_path, runs, threshold=1.0).means()["succeeded"] is None
+    table = study.table().splitlines()
+    assert sum(line.startswith("| X |") for line in table) == 4
+    assert any("not evaluated" in line for line in table)
+    written = write_study(study, tmp_path / "out")
+    assert [p.name for p in written] == ["seed_study.md", "seed_study.json", "seed_study.png"]
+    data = json.loads(written[1].read_text())
+    assert [r["outcome"] for r in data["runs"]] == ["succeeded", "succeeded", "failed", None]
+    assert data["means"]["failed"]["mean_clusters"] == pytest.approx(2.0)
+    assert np.isclose(data["threshold"], 0.95)
+
+
+def test_cli_probes_a_run_or_a_directory_of_runs(
+    study_root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "study"
+    assert main(["probe", "representations", str(study_root), "--out", str(out), "--threshold", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert "| NDR--R | 1 |" in printed and "| NDR--R | 2 |" in printed and "Not probed:" in printed
+    data = json.loads((out / "seed_study.json").read_text())
+    assert [r["outcome"] for r in data["runs"]] == ["succeeded", "succeeded"]  # threshold 0
+    for name in ("runs/NDR--R--seed1", "runs/NDR--R--seed2"):  # every run's own probe outputs
+        assert (out / name / "compatibility.json").is_file() and (out / name / "similarity.png").is_file()
+    single = tmp_path / "single"
+    run = study_root / "runs" / "NDR--R--seed2"
+    assert main(["probe", "representations", str(run), "--out", str(single)]) == 0
+    assert (single / "compatibility.json").is_file() and not (single / "seed_study.md").exists()
+
+
+@pytest.mark.parametrize(
+    ("which", "extra", "expected"),
+    [
+        ("empty", [], "no CTL++ run with a best checkpoint"),
+        ("root", ["--split", "test_odd"], "valid choices: test_ood"),
+        ("missing", [], "does not exist"),
+    ],
+)
+def test_cli_errors_are_one_line(
+    which: str,
+    extra: list[str],
+    expected: str,
+    study_root: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    target = {"empty": tmp_path, "root": study_root, "missing": tmp_path / "nowhere"}[which]
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(
+            main(["probe", "representations", str(target), "--out", str(tmp_path / "o"), *extra])
+        )
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err, err
