@@ -651,10 +651,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep clusters closer than this cosine distance merged (0: force the cut)",
     )
     representations.add_argument(
-        "--split", default="test_ood", help="seed study: the split whose accuracy decides success"
+        "--split", default="test_ood", help="directory of runs only: the split whose accuracy decides success"
     )
     representations.add_argument(
-        "--threshold", type=float, default=0.95, help="seed study: a run succeeds at this accuracy or above"
+        "--threshold",
+        type=float,
+        default=0.95,
+        help="directory of runs only: a run succeeds at this accuracy or above",
     )
     representations.add_argument("--out", help="output directory (default RUN/probes/representations)")
     representations.set_defaults(handler=cmd_probe_representations)

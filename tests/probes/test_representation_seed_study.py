@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_RUN
 from recombine import run_config
 from recombine.cli import main
+from recombine.errors import UserError
 from recombine.probes.representation_compatibility import representation_compatibility
 from recombine.probes.representation_seed_study import (
     SUMMARY_COLUMNS,
@@ -23,6 +23,7 @@ from recombine.probes.representation_seed_study import (
     seed_study,
     write_study,
 )
+from recombine.runs.selection import read_evaluations
 from recombine.train import fit
 from tiny_ctlpp import TINY_CTLPP
 
@@ -31,48 +32,84 @@ def _train(overrides: list[str], path: Path) -> None:
     fit(run_config.resolve(run_config.parse_overrides(overrides)), path, progress=False)
 
 
+#: hand-made test_ood accuracies of the evaluations of runs/NDR--R--seed3 by step (its best.pt: step 10)
+HAND_MADE_TEST_OOD = {5: 0.2, 10: 0.97, 15: 0.5, 20: 0.4}
+
+
 @pytest.fixture(scope="module")
 def study_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Laid out as a reproduction's output: two seeds of one CTL++ row, a CTL run (another task) and a copy
-    of a CTL++ run without its best checkpoint."""
+    """Laid out as a reproduction's output: two seeds of one CTL++ row; a copy of seed 1 as seed 3 whose
+    evaluations are rewritten with distinct accuracies and whose best.pt is moved to step 10 (the tiny runs
+    score the same at every evaluation, which would hide reading the wrong one); a copy without best.pt;
+    and a run of another task (only its config is read)."""
     root = tmp_path_factory.mktemp("study")
+    runs = root / "runs"
     for seed in (1, 2):
-        _train([*TINY_CTLPP, f"seed={seed}", "train.eval_every=5"], root / "runs" / f"NDR--R--seed{seed}")
-    _train([*TINY_RUN, "train.steps=10"], root / "runs" / "NDR--ctl--seed1")
-    shutil.copytree(root / "runs" / "NDR--R--seed1", root / "runs" / "NDR--R--seed9")
-    (root / "runs" / "NDR--R--seed9" / "best.pt").unlink()
+        _train([*TINY_CTLPP, f"seed={seed}", "train.eval_every=5"], runs / f"NDR--R--seed{seed}")
+    shutil.copytree(runs / "NDR--R--seed1", runs / "NDR--R--seed3")
+    metrics = runs / "NDR--R--seed3" / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for record in records:
+        if record["kind"] == "eval":
+            record["splits"]["test_ood"]["accuracy"] = HAND_MADE_TEST_OOD[record["step"]]
+    metrics.write_text("".join(json.dumps(record) + "\n" for record in records))
+    best = torch.load(runs / "NDR--R--seed3" / "best.pt", weights_only=False)
+    torch.save(best | {"step": 10}, runs / "NDR--R--seed3" / "best.pt")
+    shutil.copytree(runs / "NDR--R--seed1", runs / "NDR--R--seed9")
+    (runs / "NDR--R--seed9" / "best.pt").unlink()
+    (runs / "NDR--ctl--seed1").mkdir()
+    (runs / "NDR--ctl--seed1" / "config.yaml").write_text(
+        "seed: 1\ntask:\n  name: ctl\nmodel:\n  name: ndr\n"
+    )
     return root
 
 
 def test_each_run_is_probed_beside_the_accuracy_its_trainer_recorded(study_root: Path) -> None:
     study = seed_study(study_root, progress=False)
-    assert [r.name for r in study.runs] == ["runs/NDR--R--seed1", "runs/NDR--R--seed2"]
-    assert [(r.condition, r.seed, r.variant) for r in study.runs] == [("NDR--R", 1, "R"), ("NDR--R", 2, "R")]
+    names = ["runs/NDR--R--seed1", "runs/NDR--R--seed2", "runs/NDR--R--seed3"]
+    assert [r.name for r in study.runs] == names
+    assert [(r.condition, r.seed, r.variant) for r in study.runs] == [
+        ("runs/NDR--R", 1, "R"),
+        ("runs/NDR--R", 2, "R"),
+        ("runs/NDR--R", 1, "R"),  # a copy of seed 1: its config says seed 1
+    ]
     assert study.skipped == [  # find_runs sorts by path
         ("runs/NDR--R--seed9", "no best checkpoint"),
         ("runs/NDR--ctl--seed1", "task ctl, not ctlpp"),
     ]
-    for run in study.runs:
+    for run in study.runs[:2]:
         path = study_root / run.name
         result = json.loads((path / "result.json").read_text())
         # the best checkpoint is the one the trainer selected: its step and its accuracies are in result.json
         assert run.step == result["best_step"] == torch.load(path / "best.pt", weights_only=False)["step"]
         assert run.accuracy == pytest.approx(result["selected"])
         assert run.summary == representation_compatibility(path).summary()
-    last = seed_study(study_root, checkpoint="last", progress=False)
-    assert [r.step for r in last.runs] == [20, 20, 20]  # train.steps of TINY_CTLPP
-    assert [name for name, _ in last.skipped] == ["runs/NDR--ctl--seed1"]  # seed9 still has last.pt
+    hand_made = study.runs[2]
+    assert (hand_made.step, hand_made.accuracy["test_ood"]) == (10, pytest.approx(0.97))
+    assert hand_made.outcome("test_ood", 0.95) == "succeeded"
+    last = seed_study(study_root, checkpoint="last", progress=False).runs[2]
+    assert (last.step, last.accuracy["test_ood"]) == (20, pytest.approx(0.4))  # train.steps of TINY_CTLPP
+    assert last.outcome("test_ood", 0.95) == "failed"
+
+
+def test_a_run_the_probe_cannot_load_is_listed_not_fatal(study_root: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(study_root / "runs" / "NDR--R--seed2", root / "good")
+    shutil.copytree(study_root / "runs" / "NDR--R--seed2", root / "corrupt")
+    (root / "corrupt" / "best.pt").write_bytes(b"not a checkpoint")
+    study = seed_study(root, progress=False)
+    assert [r.name for r in study.runs] == ["good"]
+    assert [name for name, _ in study.skipped] == ["corrupt"] and "corrupt" in study.skipped[0][1]
+    with pytest.raises(UserError, match="threshold must be an accuracy in"):
+        seed_study(root, threshold=95, progress=False)
 
 
 def test_accuracies_are_read_at_the_checkpoint_step_only(study_root: Path) -> None:
-    path = study_root / "runs" / "NDR--R--seed1"
-    records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
-    evaluations = {r["step"]: r for r in records if r["kind"] == "eval"}
-    assert sorted(evaluations) == [5, 10, 15, 20]
-    for step, record in evaluations.items():
-        expected = {split: values["accuracy"] for split, values in record["splits"].items()}
-        assert checkpoint_accuracies(path, step) == pytest.approx(expected)
-    assert checkpoint_accuracies(path, 7) == {}  # e.g. a last.pt written when a run was stopped
+    evaluations = read_evaluations(study_root / "runs" / "NDR--R--seed3")
+    assert [e.step for e in evaluations] == [5, 10, 15, 20]
+    for step, accuracy in HAND_MADE_TEST_OOD.items():
+        assert checkpoint_accuracies(evaluations, step)["test_ood"] == pytest.approx(accuracy)
+    assert checkpoint_accuracies(evaluations, 7) == {}  # e.g. a last.pt written when a run was stopped
 
 
 def _run(seed: int, accuracy: float | None, across: float, clusters: float) -> StudiedRun:
@@ -124,10 +161,10 @@ def test_cli_probes_a_run_or_a_directory_of_runs(
     out = tmp_path / "study"
     assert main(["probe", "representations", str(study_root), "--out", str(out), "--threshold", "0"]) == 0
     printed = capsys.readouterr().out
-    assert "| NDR--R | 1 |" in printed and "| NDR--R | 2 |" in printed and "Not probed:" in printed
+    assert "| runs/NDR--R | 1 |" in printed and "| runs/NDR--R | 2 |" in printed and "Not probed:" in printed
     data = json.loads((out / "seed_study.json").read_text())
-    assert [r["outcome"] for r in data["runs"]] == ["succeeded", "succeeded"]  # threshold 0
-    for name in ("runs/NDR--R--seed1", "runs/NDR--R--seed2"):  # every run's own probe outputs
+    assert [r["outcome"] for r in data["runs"]] == ["succeeded"] * 3  # threshold 0
+    for name in ("runs/NDR--R--seed1", "runs/NDR--R--seed3"):  # every run's own probe outputs
         assert (out / name / "compatibility.json").is_file() and (out / name / "similarity.png").is_file()
     single = tmp_path / "single"
     run = study_root / "runs" / "NDR--R--seed2"

@@ -32,12 +32,22 @@ class StepMaps:
 
 
 def load_run_model(run_path: str | Path, which: str = "best") -> tuple[torch.nn.Module, TaskData]:
+    model, task, _ = load_run_model_and_step(run_path, which)
+    return model, task
+
+
+def load_run_model_and_step(
+    run_path: str | Path, which: str = "best"
+) -> tuple[torch.nn.Module, TaskData, int]:
+    """The run's model (in eval mode) with the ``which`` checkpoint's weights, its task, and the checkpoint's
+    training step, all from one read of the checkpoint file (a trainer may replace it meanwhile)."""
     run = RunDir(run_path)
     config = run_config.resolve(run.read_config())
     task = build_task(config)
     model = build_model(config, task)
-    model.load_state_dict(run.load_checkpoint(which)["model"])
-    return model.eval(), task
+    state = run.load_checkpoint(which)
+    model.load_state_dict(state["model"])
+    return model.eval(), task, int(state["step"])
 
 
 @torch.no_grad()

@@ -40,7 +40,7 @@ from scipy.spatial.distance import squareform
 from torch import nn
 
 from recombine.errors import UserError, choices_hint
-from recombine.probes.attention_maps import load_run_model
+from recombine.probes.attention_maps import load_run_model_and_step
 from recombine.tasks.base import TaskData
 
 #: scipy linkage methods that accept an arbitrary (non-Euclidean) distance matrix
@@ -354,10 +354,11 @@ def representation_compatibility(
     min_distance: float = 0.1,
 ) -> RepresentationCompatibility:
     """The probe on a trained CTL++ run directory (``best`` or ``last`` checkpoint)."""
-    model, task = load_run_model(run_dir, checkpoint)
+    model, task, step = load_run_model_and_step(run_dir, checkpoint)
     result = compatibility_from_model(model, task, n_clusters, method, min_distance)
     result.notes["run"] = str(run_dir)
     result.notes["checkpoint"] = checkpoint
+    result.notes["step"] = step
     result.notes["variant"] = task.metadata.get("variant")
     return result
 

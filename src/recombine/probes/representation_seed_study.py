@@ -37,6 +37,7 @@ from tqdm import tqdm
 from recombine.errors import UserError, choices_hint
 from recombine.probes.representation_compatibility import representation_compatibility, write_outputs
 from recombine.runs.listing import find_runs
+from recombine.runs.selection import Evaluation, read_evaluations
 from recombine.runs.store import RunDir
 
 #: the one-number summaries of :meth:`RepresentationCompatibility.summary`, in table order, with headers
@@ -55,7 +56,7 @@ class StudiedRun:
     """One run's probe summary beside the accuracy of the probed checkpoint."""
 
     name: str  # the run directory relative to the study's root
-    condition: str  # the run directory's name without its ``--seedN`` suffix (a reproduction's row--column)
+    condition: str  # ``name`` without its ``--seedN`` suffix (in a reproduction: runs/ROW--COLUMN)
     seed: int | None
     variant: str | None  # CTL++ variant ('A', 'R', 'S')
     step: int  # the probed checkpoint's training step
@@ -149,17 +150,14 @@ def _number(key: str, value: float) -> str:
     return f"{value:.2f}" if key == "mean_clusters" else f"{value:.3f}"
 
 
-def checkpoint_accuracies(run_dir: Path, step: int) -> dict[str, float]:
-    """Split accuracies of the evaluation at ``step`` in the run's ``metrics.jsonl`` (the last such record;
-    empty when the run was not evaluated at that step, e.g. a ``last.pt`` written when a run was stopped)."""
-    found: dict[str, float] = {}
-    for record in RunDir(run_dir).read_metrics():
-        if record.get("kind") == "eval" and record.get("step") == step:
-            found = {split: float(values["accuracy"]) for split, values in record["splits"].items()}
-    return found
+def checkpoint_accuracies(evaluations: list[Evaluation], step: int) -> dict[str, float]:
+    """Split accuracies of the evaluation at ``step`` (empty when the run was not evaluated at that step,
+    e.g. a ``last.pt`` written when a run was stopped between two evaluations)."""
+    return next((e.accuracy for e in evaluations if e.step == step), {})
 
 
 def _condition(name: str) -> str:
+    """A run's condition: its path under the study's root without the ``--seedN`` suffix."""
     return re.sub(r"--seed\d+$", "", name)
 
 
@@ -175,9 +173,11 @@ def seed_study(
     progress: bool = True,
 ) -> SeedStudy:
     """Probe every CTL++ run under ``root`` with a ``checkpoint`` to load. With ``out_dir``, each run's probe
-    outputs (:func:`write_outputs`) go to ``out_dir/<run relative to root>``. Runs of other tasks and runs
-    without the checkpoint are listed in ``skipped``; a directory with no CTL++ run to probe is a
-    :class:`UserError`."""
+    outputs (:func:`write_outputs`) go to ``out_dir/<run relative to root>``. Runs of other tasks, runs
+    without the checkpoint and runs the probe refuses (a corrupt checkpoint, say) are listed in ``skipped``
+    with the reason; a directory with no CTL++ run to probe is a :class:`UserError`."""
+    if not 0.0 <= threshold <= 1.0:
+        raise UserError(f"threshold must be an accuracy in [0, 1], got {threshold}")
     root = Path(root)
     found = find_runs(root)
     study = SeedStudy(root, [], split, threshold, checkpoint)
@@ -189,38 +189,36 @@ def seed_study(
         elif not RunDir(summary.path).checkpoint_path(checkpoint).is_file():
             study.skipped.append((name, f"no {checkpoint} checkpoint"))
         else:
-            candidates.append((name, summary))
+            candidates.append((name, summary, read_evaluations(summary.path)))
     if not candidates:
         raise UserError(
             f"no CTL++ run with a {checkpoint} checkpoint under {root} "
             f"({len(found)} run(s) found; `recombine runs {root}` lists them)"
         )
-    evaluated = {
-        split
-        for _, summary in candidates
-        for record in RunDir(summary.path).read_metrics()
-        if record.get("kind") == "eval"
-        for split in record["splits"]
-    }
+    evaluated = {split for _, _, evaluations in candidates for e in evaluations for split in e.accuracy}
     if evaluated and split not in evaluated:
         raise UserError(
             f"the runs were never evaluated on {split!r}; {choices_hint(split, sorted(evaluated))}"
         )
     bar = tqdm(candidates, desc="probing runs", disable=not (progress and sys.stderr.isatty()), leave=False)
-    for name, summary in bar:
-        result = representation_compatibility(summary.path, checkpoint, n_clusters, method, min_distance)
-        step = int(RunDir(summary.path).load_checkpoint(checkpoint)["step"])
+    for name, summary, evaluations in bar:
+        try:
+            result = representation_compatibility(summary.path, checkpoint, n_clusters, method, min_distance)
+        except UserError as error:  # e.g. a corrupt checkpoint: the other runs are still worth probing
+            study.skipped.append((name, str(error)))
+            continue
         if out_dir is not None:
             write_outputs(result, Path(out_dir) / name)
         seed = summary.config.get("seed")
+        step = int(result.notes["step"])
         study.runs.append(
             StudiedRun(
                 name=name,
-                condition=_condition(summary.path.name),
+                condition=_condition(name),
                 seed=None if seed is None else int(seed),
                 variant=result.notes.get("variant"),
                 step=step,
-                accuracy=checkpoint_accuracies(summary.path, step),
+                accuracy=checkpoint_accuracies(evaluations, step),
                 summary=result.summary(),
             )
         )
