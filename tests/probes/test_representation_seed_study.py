@@ -83,7 +83,10 @@ def test_each_run_is_probed_beside_the_accuracy_its_trainer_recorded(study_root:
         # the best checkpoint is the one the trainer selected: its step and its accuracies are in result.json
         assert run.step == result["best_step"] == torch.load(path / "best.pt", weights_only=False)["step"]
         assert run.accuracy == pytest.approx(result["selected"])
-        assert run.summary == representation_compatibility(path).summary()
+        probe = representation_compatibility(path).summary()
+        assert run.summary == probe | {
+            "similarity_gap": probe["similarity_within_groups"] - probe["similarity_across_groups"]
+        }
     hand_made = study.runs[2]
     assert (hand_made.step, hand_made.accuracy["test_ood"]) == (10, pytest.approx(0.97))
     assert hand_made.outcome("test_ood", 0.95) == "succeeded"
@@ -153,6 +156,25 @@ def test_outcomes_and_means_on_hand_made_runs(tmp_path: Path) -> None:
     assert [r["outcome"] for r in data["runs"]] == ["succeeded", "succeeded", "failed", None]
     assert data["means"]["failed"]["mean_clusters"] == pytest.approx(2.0)
     assert np.isclose(data["threshold"], 0.95)
+
+
+def test_rank_correlations_match_a_naive_pearson_of_ranks(tmp_path: Path) -> None:
+    accuracies = [0.1, 0.5, 0.3, 0.9, 0.7]
+    across = [0.2, 0.6, 0.5, 0.4, 0.9]
+    runs = [_run(i, a, x, 2.0) for i, (a, x) in enumerate(zip(accuracies, across, strict=True))]
+    runs.append(_run(9, None, 5.0, 2.0))  # not evaluated: left out
+    study = SeedStudy(tmp_path, runs)
+
+    def ranks(values: list[float]) -> np.ndarray:  # no ties in these values
+        return np.argsort(np.argsort(values)).astype(float)
+
+    expected = np.corrcoef(ranks(across), ranks(accuracies))[0, 1]
+    correlations = study.correlations()
+    assert correlations["similarity_across_groups"] == pytest.approx(expected)
+    assert expected == pytest.approx(1 - 6 * 12 / (5 * 24))  # by hand: squared rank differences sum to 12
+    assert correlations["mean_clusters"] is None  # constant
+    assert SeedStudy(tmp_path, runs[:2]).correlations()["similarity_across_groups"] is None  # under 3 runs
+    assert "+0.40" in study.table()
 
 
 def test_cli_probes_a_run_or_a_directory_of_runs(

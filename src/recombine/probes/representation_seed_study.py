@@ -14,9 +14,10 @@ found, and sets each run's one-number summaries (mean cosine similarity of a sym
 within and across groups, mean number of clusters, two-step accuracies) beside the accuracy of the same
 checkpoint on the OOD test split, read from the run's ``metrics.jsonl`` at the checkpoint's step. A run
 *succeeds* when that accuracy is at least ``threshold`` (0.95, the thesis's success criterion for
-Tab. 6.1). Outputs: a Markdown table with a row per run and the means of the summaries over succeeded and
-failed runs, a scatter figure of OOD accuracy against the cross-group similarity and the number of
-clusters, and every run's own probe outputs (Fig. 6.3 matrices, Fig. E.2) in a folder of its own.
+Tab. 6.1). Outputs: a Markdown table with a row per run, the means of the summaries over succeeded and
+failed runs and each summary's rank correlation with the accuracy; a scatter figure of OOD accuracy against
+the cross-group similarity and against the within- minus cross-group gap; and every run's own probe
+outputs (Fig. 6.3 matrices, Fig. E.2) in a folder of its own.
 
 The grouping into succeeded and failed runs and the summary numbers are ours; the thesis shows the matrices
 of representative seeds (Figs. E.5-E.7) and gives no per-seed numbers.
@@ -44,11 +45,14 @@ from recombine.runs.store import RunDir
 SUMMARY_COLUMNS = {
     "similarity_within_groups": "cos within groups",
     "similarity_across_groups": "cos across groups",
+    "similarity_gap": "cos gap",  # within - across: how far the representations split by group
     "mean_clusters": "clusters",
     "accuracy_within_groups": "2-step acc. within",
     "accuracy_across_groups": "2-step acc. across",
 }
 OUTCOMES = ("succeeded", "failed")
+#: above this many conditions the figure names each point instead of giving every condition a colour
+MAX_LEGEND_CONDITIONS = 10
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,20 @@ class SeedStudy:
     def count(self, outcome: str) -> int:
         return sum(r.outcome(self.split, self.threshold) == outcome for r in self.runs)
 
+    def correlations(self) -> dict[str, float | None]:
+        """Spearman's rank correlation of each summary with the accuracy, over the evaluated runs (``None``
+        with fewer than 3 runs or a constant column): does a summary order the runs as their accuracy does?"""
+        from scipy.stats import spearmanr
+
+        evaluated = [r for r in self.runs if self.split in r.accuracy]
+        accuracy = [r.accuracy[self.split] for r in evaluated]
+        result: dict[str, float | None] = {}
+        for key in SUMMARY_COLUMNS:
+            values = [r.summary[key] for r in evaluated]
+            constant = len(set(values)) < 2 or len(set(accuracy)) < 2
+            result[key] = None if len(evaluated) < 3 or constant else float(spearmanr(values, accuracy)[0])
+        return result
+
     def table(self) -> str:
         """Markdown: one row per run, then the means by outcome, then the runs that were not probed."""
         header = ["run", "seed", "step", self.split, "outcome", *SUMMARY_COLUMNS.values()]
@@ -118,6 +136,16 @@ class SeedStudy:
             cells = [outcome, str(self.count(outcome))]
             cells += [_number(key, mean[key]) if mean else "-" for key in SUMMARY_COLUMNS]
             lines.append("| " + " | ".join(cells) + " |")
+        evaluated = sum(self.split in r.accuracy for r in self.runs)
+        lines += [
+            "",
+            f"Spearman's rank correlation with {self.split} over the {evaluated} evaluated runs:",
+            "",
+        ]
+        header = list(SUMMARY_COLUMNS.values())
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        cells = ["-" if rho is None else f"{rho:+.2f}" for rho in self.correlations().values()]
+        lines.append("| " + " | ".join(cells) + " |")
         if self.skipped:
             lines += ["", "Not probed:", ""] + [f"- {name}: {why}" for name, why in self.skipped]
         return "\n".join(lines)
@@ -142,6 +170,7 @@ class SeedStudy:
                 for r in self.runs
             ],
             "means": self.means(),
+            "spearman": self.correlations(),
             "skipped": [{"run": name, "reason": why} for name, why in self.skipped],
         }
 
@@ -154,6 +183,12 @@ def checkpoint_accuracies(evaluations: list[Evaluation], step: int) -> dict[str,
     """Split accuracies of the evaluation at ``step`` (empty when the run was not evaluated at that step,
     e.g. a ``last.pt`` written when a run was stopped between two evaluations)."""
     return next((e.accuracy for e in evaluations if e.step == step), {})
+
+
+def _summary(probe_summary: dict[str, float]) -> dict[str, float]:
+    """The probe's summary with the gap between the within- and the cross-group similarity added."""
+    gap = probe_summary["similarity_within_groups"] - probe_summary["similarity_across_groups"]
+    return probe_summary | {"similarity_gap": gap}
 
 
 def _condition(name: str) -> str:
@@ -219,16 +254,19 @@ def seed_study(
                 variant=result.notes.get("variant"),
                 step=step,
                 accuracy=checkpoint_accuracies(evaluations, step),
-                summary=result.summary(),
+                summary=_summary(result.summary()),
             )
         )
     return study
 
 
 def save_study_figure(study: SeedStudy, path: str | Path) -> Path:
-    """Two panels, one point per run (labelled with its seed, coloured by condition): the OOD accuracy of the
-    probed checkpoint against the mean cross-group cosine similarity of a symbol's representations (left)
-    and against the mean number of clusters per symbol (right); the success threshold dashed."""
+    """Two panels, one point per evaluated run: its OOD accuracy against the mean cross-group cosine
+    similarity of a symbol's representations (left) and against the within- minus cross-group gap (right);
+    the success threshold dashed. Up to :data:`MAX_LEGEND_CONDITIONS` conditions get a colour each and the
+    points their seed; beyond that every point is labelled with its condition (less the common prefix)."""
+    import os
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -236,27 +274,30 @@ def save_study_figure(study: SeedStudy, path: str | Path) -> Path:
 
     evaluated = [r for r in study.runs if study.split in r.accuracy]
     conditions = sorted({r.condition for r in evaluated})
-    colours = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(conditions)}
-    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.8), sharey=True)
-    for ax, key in zip(axes, ("similarity_across_groups", "mean_clusters"), strict=True):
+    coloured = len(conditions) <= MAX_LEGEND_CONDITIONS
+    prefix = os.path.commonprefix(conditions) if len(conditions) > 1 else ""
+    colours = {c: plt.get_cmap("tab10")(i % 10) if coloured else "tab:blue" for i, c in enumerate(conditions)}
+    fig, axes = plt.subplots(1, 2, figsize=(11 if coloured else 10, 4.2), sharey=True)
+    for ax, key in zip(axes, ("similarity_across_groups", "similarity_gap"), strict=True):
         for condition in conditions:
             members = [r for r in evaluated if r.condition == condition]
             xs = [r.summary[key] for r in members]
             ys = [r.accuracy[study.split] for r in members]
             ax.scatter(xs, ys, color=colours[condition], label=condition, s=30)
             for run, x, y in zip(members, xs, ys, strict=True):
-                if run.seed is not None:
-                    ax.annotate(str(run.seed), (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+                seed = "" if run.seed is None else str(run.seed)
+                text = seed if coloured else f"{condition[len(prefix) :]} {seed}".strip()
+                ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
         ax.axhline(study.threshold, color="grey", linestyle="--", linewidth=0.8)
-        ax.set_xlabel(
-            SUMMARY_COLUMNS[key] + (" (mean over symbols)" if key != "mean_clusters" else " per symbol")
-        )
         ax.grid(alpha=0.3)
+    axes[0].set_xlabel("cosine similarity across groups (mean over symbols)")
+    axes[1].set_xlabel("within- minus cross-group cosine similarity")
     axes[0].set_ylabel(f"{study.split} accuracy ({study.checkpoint} checkpoint)")
-    axes[0].set_ylim(0, 1.02)
-    if conditions:
-        axes[1].legend(fontsize=7, loc="lower right")
-    fig.suptitle("Representation compatibility and systematic generalisation, one point per run", fontsize=9)
+    axes[0].set_ylim(0, 1.05)
+    if coloured and conditions:
+        axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    title = "Representation compatibility and systematic generalisation, one point per run"
+    fig.suptitle(title + (f" ({prefix}...)" if prefix and not coloured else ""), fontsize=9)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
