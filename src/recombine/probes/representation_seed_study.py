@@ -235,8 +235,11 @@ def seed_study(
         raise UserError(
             f"the runs were never evaluated on {split!r}; {choices_hint(split, sorted(evaluated))}"
         )
-    bar = tqdm(candidates, desc="probing runs", disable=not (progress and sys.stderr.isatty()), leave=False)
-    for name, summary, evaluations in bar:
+    terminal = sys.stderr.isatty()
+    bar = tqdm(candidates, desc="probing runs", disable=not (progress and terminal), leave=False)
+    for index, (name, summary, evaluations) in enumerate(bar, start=1):
+        if progress and not terminal:  # a log file of a long study: one line per run
+            print(f"probing {index}/{len(candidates)}: {name}", file=sys.stderr, flush=True)
         try:
             result = representation_compatibility(summary.path, checkpoint, n_clusters, method, min_distance)
         except UserError as error:  # e.g. a corrupt checkpoint: the other runs are still worth probing
