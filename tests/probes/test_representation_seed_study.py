@@ -3,6 +3,7 @@ beside the accuracy its trainer recorded for the checkpoint the probe loads."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -21,6 +22,7 @@ from recombine.probes.representation_seed_study import (
     StudiedRun,
     checkpoint_accuracies,
     seed_study,
+    short_condition_names,
     write_study,
 )
 from recombine.runs.selection import read_evaluations
@@ -175,6 +177,20 @@ def test_rank_correlations_match_a_naive_pearson_of_ranks(tmp_path: Path) -> Non
     assert correlations["mean_clusters"] is None  # constant
     assert SeedStudy(tmp_path, runs[:2]).correlations()["similarity_across_groups"] is None  # under 3 runs
     assert "+0.40" in study.table()
+
+
+def test_short_condition_names_never_split_a_name(tmp_path: Path) -> None:
+    assert short_condition_names(["runs/BiLSTM--fn12-sym5", "runs/BiLSTM--fn16-sym5"]) == {
+        "runs/BiLSTM--fn12-sym5": "fn12-sym5",  # the common "runs/BiLSTM--fn1" is cut back to "--"
+        "runs/BiLSTM--fn16-sym5": "fn16-sym5",
+    }
+    assert short_condition_names(["a/NDR--R", "b/NDR--R"]) == {"a/NDR--R": "a/NDR--R", "b/NDR--R": "b/NDR--R"}
+    assert short_condition_names(["runs/X"]) == {"runs/X": "runs/X"}
+    many = [_run(i, 0.1 * i, 0.1 * i, 2.0) for i in range(1, 9)]
+    many = [
+        dataclasses.replace(r, condition=f"runs/L--c{i}") for i, r in enumerate(many * 2)
+    ]  # 16 conditions
+    assert write_study(SeedStudy(tmp_path, many), tmp_path / "many")[2].stat().st_size > 0  # labelled points
 
 
 def test_cli_probes_a_run_or_a_directory_of_runs(

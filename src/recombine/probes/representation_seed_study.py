@@ -26,6 +26,7 @@ of representative seeds (Figs. E.5-E.7) and gives no per-seed numbers.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ from recombine.runs.listing import find_runs
 from recombine.runs.selection import Evaluation, read_evaluations
 from recombine.runs.store import RunDir
 
-#: the one-number summaries of :meth:`RepresentationCompatibility.summary`, in table order, with headers
+#: the one-number summaries of :meth:`RepresentationCompatibility.summary` and the gap :func:`_summary` adds,
+#: in table order, with their headers
 SUMMARY_COLUMNS = {
     "similarity_within_groups": "cos within groups",
     "similarity_across_groups": "cos across groups",
@@ -115,7 +117,8 @@ class SeedStudy:
         return result
 
     def table(self) -> str:
-        """Markdown: one row per run, then the means by outcome, then the runs that were not probed."""
+        """Markdown: one row per run, the means by outcome, the rank correlations with the accuracy, and the
+        runs that were not probed."""
         header = ["run", "seed", "step", self.split, "outcome", *SUMMARY_COLUMNS.values()]
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for run in self.runs:
@@ -263,13 +266,22 @@ def seed_study(
     return study
 
 
+def short_condition_names(conditions: list[str]) -> dict[str, str]:
+    """Each condition less the prefix all share, cut back to the last ``/`` or ``--`` so that no name is split
+    (``runs/BiLSTM--fn12-sym5``, ``runs/BiLSTM--fn16-sym5`` -> ``fn12-sym5``, ``fn16-sym5``)."""
+    if len(conditions) < 2:
+        return {c: c for c in conditions}
+    common = os.path.commonprefix(conditions)
+    cut = max(common.rfind("/") + 1, common.rfind("--") + 2 if "--" in common else 0)
+    return {c: c[cut:] for c in conditions}
+
+
 def save_study_figure(study: SeedStudy, path: str | Path) -> Path:
     """Two panels, one point per evaluated run: its OOD accuracy against the mean cross-group cosine
     similarity of a symbol's representations (left) and against the within- minus cross-group gap (right);
     the success threshold dashed. Up to :data:`MAX_LEGEND_CONDITIONS` conditions get a colour each and the
-    points their seed; beyond that every point is labelled with its condition (less the common prefix)."""
-    import os
-
+    points their seed (``s1``); beyond that every point is labelled with its condition
+    (:func:`short_condition_names`) and seed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -278,7 +290,7 @@ def save_study_figure(study: SeedStudy, path: str | Path) -> Path:
     evaluated = [r for r in study.runs if study.split in r.accuracy]
     conditions = sorted({r.condition for r in evaluated})
     coloured = len(conditions) <= MAX_LEGEND_CONDITIONS
-    prefix = os.path.commonprefix(conditions) if len(conditions) > 1 else ""
+    short = short_condition_names(conditions)
     colours = {c: plt.get_cmap("tab10")(i % 10) if coloured else "tab:blue" for i, c in enumerate(conditions)}
     fig, axes = plt.subplots(1, 2, figsize=(11 if coloured else 10, 4.2), sharey=True)
     for ax, key in zip(axes, ("similarity_across_groups", "similarity_gap"), strict=True):
@@ -288,8 +300,8 @@ def save_study_figure(study: SeedStudy, path: str | Path) -> Path:
             ys = [r.accuracy[study.split] for r in members]
             ax.scatter(xs, ys, color=colours[condition], label=condition, s=30)
             for run, x, y in zip(members, xs, ys, strict=True):
-                seed = "" if run.seed is None else str(run.seed)
-                text = seed if coloured else f"{condition[len(prefix) :]} {seed}".strip()
+                seed = "" if run.seed is None else f"s{run.seed}"
+                text = seed if coloured else f"{short[condition]} {seed}".strip()
                 ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
         ax.axhline(study.threshold, color="grey", linestyle="--", linewidth=0.8)
         ax.grid(alpha=0.3)
@@ -300,7 +312,7 @@ def save_study_figure(study: SeedStudy, path: str | Path) -> Path:
     if coloured and conditions:
         axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     title = "Representation compatibility and systematic generalisation, one point per run"
-    fig.suptitle(title + (f" ({prefix}...)" if prefix and not coloured else ""), fontsize=9)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
