@@ -233,7 +233,7 @@ def seed_study(
             f"no CTL++ run with a {checkpoint} checkpoint under {root} "
             f"({len(found)} run(s) found; `recombine runs {root}` lists them)"
         )
-    evaluated = {split for _, _, evaluations in candidates for e in evaluations for split in e.accuracy}
+    evaluated = {name for _, _, evaluations in candidates for e in evaluations for name in e.accuracy}
     if evaluated and split not in evaluated:
         raise UserError(
             f"the runs were never evaluated on {split!r}; {choices_hint(split, sorted(evaluated))}"
