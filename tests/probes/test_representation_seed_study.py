@@ -21,6 +21,7 @@ from recombine.probes.representation_seed_study import (
     SeedStudy,
     StudiedRun,
     checkpoint_accuracies,
+    read_study,
     seed_study,
     short_condition_names,
     write_study,
@@ -155,6 +156,7 @@ def test_outcomes_and_means_on_hand_made_runs(tmp_path: Path) -> None:
     written = write_study(study, tmp_path / "out")
     assert [p.name for p in written] == ["seed_study.md", "seed_study.json", "seed_study.png"]
     data = json.loads(written[1].read_text())
+    assert read_study(written[1]).to_json() == data  # the figure can be drawn again from the file
     assert [r["outcome"] for r in data["runs"]] == ["succeeded", "succeeded", "failed", None]
     assert data["means"]["failed"]["mean_clusters"] == pytest.approx(2.0)
     assert np.isclose(data["threshold"], 0.95)

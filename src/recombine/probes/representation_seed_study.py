@@ -177,6 +177,24 @@ class SeedStudy:
             "skipped": [{"run": name, "reason": why} for name, why in self.skipped],
         }
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SeedStudy:
+        """The study back from :meth:`to_json` (``seed_study.json``), e.g. to draw its figure again without
+        probing the runs again."""
+        runs = [
+            StudiedRun(
+                r["run"], r["condition"], r["seed"], r["variant"], r["step"], r["accuracy"], r["summary"]
+            )
+            for r in data["runs"]
+        ]
+        skipped = [(entry["run"], entry["reason"]) for entry in data["skipped"]]
+        return cls(Path(data["root"]), runs, data["split"], data["threshold"], data["checkpoint"], skipped)
+
+
+def read_study(path: str | Path) -> SeedStudy:
+    """A ``seed_study.json`` written by :func:`write_study`."""
+    return SeedStudy.from_json(json.loads(Path(path).read_text()))
+
 
 def _number(key: str, value: float) -> str:
     return f"{value:.2f}" if key == "mean_clusters" else f"{value:.3f}"
