@@ -277,7 +277,6 @@ def train_memory_task(
         model = build_sequence_dnc(task, model_config)
         return model, make_optimizer(model, train), np.random.default_rng([train.seed, 0])
 
-    model, optimizer, train_rng = fresh()
     eval_batch = sample_batch(task, train.eval_size, np.random.default_rng([train.seed, 1]))
     evaluations: list[tuple[int, float, float, float]] = []  # (step, loss, bit error, sequence accuracy)
     train_loss = np.zeros(train.steps)
@@ -299,48 +298,21 @@ def train_memory_task(
             seconds=seconds,
         )
 
-    what = f"{model_config.variant} seed {train.seed}"
-    sources: list[tuple[str, TrainingState | None]] = []  # tried in this order
-    if checkpoint is not None and checkpoint.is_file():
-        sources.append((f"{checkpoint}", load_training_state(checkpoint)))
-    if continue_from is not None:
-        sources.append(
-            (f"the stored {continue_from.state.step}-step run {continue_from.path}", continue_from.state)
-        )
-    for source, resumed in sources:
-        try:
-            if (
-                resumed is None
-                or not 0 < resumed.step < train.steps
-                or len(resumed.train_loss) != resumed.step
-            ):
-                raise ValueError("not a training state of this run")
-            model.load_state_dict(resumed.model)
-            optimizer.load_state_dict(copy.deepcopy(resumed.optimizer))  # torch would keep its tensors
-            train_rng.bit_generator.state = resumed.batch_rng
-            torch.set_rng_state(resumed.torch_rng)
-        except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as error:
-            print(f"{source} cannot be resumed ({first_line(error)})", file=sys.stderr, flush=True)
-            model, optimizer, train_rng = fresh()
-            continue
+    resumed = resume_point(task, model_config, train, checkpoint, continue_from)
+    model, optimizer, train_rng = fresh()
+    if resumed is not None:
+        model.load_state_dict(resumed.model)
+        optimizer.load_state_dict(copy.deepcopy(resumed.optimizer))  # torch would keep its tensors
+        train_rng.bit_generator.state = resumed.batch_rng
+        torch.set_rng_state(resumed.torch_rng)
         first_step, seconds_before = resumed.step, resumed.seconds
         train_loss[:first_step] = resumed.train_loss
-        # the runs continued agree on eval_every (it is in the key): only a shorter run's last evaluation can
-        # lie off that schedule, and a run trained this long from the start has none there
-        evaluations.extend(e for e in resumed.evaluations if e[0] % train.eval_every == 0)
-        if continue_from is not None and resumed is continue_from.state:
-            print(
-                f"{what}: continuing the stored {first_step}-step run to {train.steps} steps", file=sys.stderr
-            )
-        break
-    else:
-        if sources:
-            print(f"training {what} from the start", file=sys.stderr, flush=True)
+        evaluations.extend(evaluations_on_schedule(resumed, train))
     start = time.perf_counter() - seconds_before
     if first_step == 0:
         record(0)
     model.train()
-    with training_bar(train.steps, what, initial=first_step) as bar:
+    with training_bar(train.steps, f"{model_config.variant} seed {train.seed}", initial=first_step) as bar:
         bar.set_postfix_str(_evaluation_postfix(evaluations[-1]))
         for step in range(first_step, train.steps):
             batch = sample_batch(train.curriculum.config_at(task, step), train.batch_size, train_rng)
@@ -371,6 +343,61 @@ def train_memory_task(
         seconds=seconds,
         final_state=state_at(train.steps, seconds),
     )
+
+
+def resume_point(
+    task: MemoryTaskConfig,
+    model_config: DNCSequenceConfig,
+    train: MemoryTrainConfig,
+    checkpoint: Path | None = None,
+    continue_from: StoredState | None = None,
+) -> TrainingState | None:
+    """The training state a run of these settings continues from: ``checkpoint``'s if the file holds one that
+    loads into this run's model and optimiser, else ``continue_from``'s (a shorter kept run, said on stderr),
+    else None (a fresh start; said on stderr when there was something to try). Each state that cannot be
+    resumed is said on stderr in one line (:func:`train_memory_task`)."""
+    what = f"{model_config.variant} seed {train.seed}"
+    sources: list[tuple[str, TrainingState | None]] = []  # tried in this order
+    if checkpoint is not None and checkpoint.is_file():
+        sources.append((f"{checkpoint}", load_training_state(checkpoint)))
+    if continue_from is not None:
+        sources.append(
+            (f"the stored {continue_from.state.step}-step run {continue_from.path}", continue_from.state)
+        )
+    for source, resumed in sources:
+        try:
+            if (
+                resumed is None
+                or not 0 < resumed.step < train.steps
+                or len(resumed.train_loss) != resumed.step
+            ):
+                raise ValueError("not a training state of this run")
+            scratch = build_sequence_dnc(task, model_config)
+            scratch.load_state_dict(resumed.model)
+            make_optimizer(scratch, train).load_state_dict(copy.deepcopy(resumed.optimizer))
+            np.random.default_rng().bit_generator.state = resumed.batch_rng
+            torch.Generator().set_state(resumed.torch_rng)
+        except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as error:
+            print(f"{source} cannot be resumed ({first_line(error)})", file=sys.stderr, flush=True)
+            continue
+        if continue_from is not None and resumed is continue_from.state:
+            print(
+                f"{what}: continuing the stored {resumed.step}-step run to {train.steps} steps",
+                file=sys.stderr,
+            )
+        return resumed
+    if sources:
+        print(f"training {what} from the start", file=sys.stderr, flush=True)
+    return None
+
+
+def evaluations_on_schedule(
+    resumed: TrainingState, train: MemoryTrainConfig
+) -> list[tuple[int, float, float, float]]:
+    """A resumed state's evaluations that a run trained this long from the start also has: the runs continued
+    agree on ``eval_every`` (it is in the key), so only a shorter run's last evaluation can lie off that
+    schedule, and a run trained this long from the start has none there."""
+    return [e for e in resumed.evaluations if e[0] % train.eval_every == 0]
 
 
 def _evaluation_postfix(evaluation: tuple[int, float, float, float]) -> str:
@@ -425,6 +452,7 @@ def train_variants(
     seeds: Sequence[int],
     out_dir: Path | None = None,
     jobs: int = 1,
+    ensemble: int = 1,
 ) -> dict[str, list[MemoryTrainResult]]:
     """Train every variant with every seed, variant by variant; one progress line per finished run.
 
@@ -434,7 +462,9 @@ def train_variants(
     interrupted midway continues from its last evaluation (:meth:`StoredTrials.partial_path`), and a run
     whose settings differ from a kept run's only in more ``steps`` continues that run
     (:meth:`StoredTrials.shorter_run`). With ``jobs > 1``, up to ``jobs`` runs train at once, each in a
-    process of its own (:func:`_train_runs`); this process alone writes the store, as runs finish."""
+    process of its own (:func:`_train_runs`); this process alone writes the store, as runs finish. With
+    ``ensemble > 1``, up to ``ensemble`` seeds of one variant train together as one batched model
+    (:mod:`recombine.experiments.dnc_ensemble_training`), a group counting as one job."""
     store = StoredTrials(out_dir) if out_dir is not None else None
     results: dict[str, dict[int, MemoryTrainResult]] = {variant: {} for variant in variants}
     total, done = len(variants) * len(seeds), 0
@@ -461,38 +491,70 @@ def train_variants(
                 if load_training_state(partial) is None:  # none, or unreadable: a shorter run may do
                     shorter = store.shorter_run(task, variant_model, seed_train)
                 to_train.append(_RunToTrain(variant, seed, variant_model, seed_train, partial, shorter))
-    for run, result in _train_runs(task, to_train, jobs):
+    for run, result, members in _train_runs(task, to_train, jobs, ensemble):
         if store is not None and run.checkpoint is not None:
-            store.save(task, run.model, run.train, result)
+            store.save(task, run.model, run.train, result, members=members)
             run.checkpoint.unlink(missing_ok=True)
         finished(run.variant, run.seed, result, f"final eval loss {result.eval_loss[-1]:.3g}")
     return {variant: [results[variant][seed] for seed in seeds] for variant in variants}
 
 
 def _train_runs(
-    task: MemoryTaskConfig, runs: list[_RunToTrain], jobs: int
-) -> Iterator[tuple[_RunToTrain, MemoryTrainResult]]:
-    """Train ``runs``, yielding each with its result as it finishes: one after another, or with ``jobs > 1``
-    up to ``jobs`` at once in fresh ("spawn") processes, whose progress goes to stderr as lines. Each run
-    sets its own thread count (``train.threads``) and seeds, so it trains as it would alone. If a run fails
-    or this process is interrupted, the runs not started are cancelled and the workers stopped; their
-    checkpoints let the next start resume the runs they were training."""
-    if jobs <= 1 or len(runs) <= 1:
-        for run in runs:
-            yield run, train_memory_task(task, run.model, run.train, run.checkpoint, run.continue_from)
+    task: MemoryTaskConfig, runs: list[_RunToTrain], jobs: int, ensemble: int = 1
+) -> Iterator[tuple[_RunToTrain, MemoryTrainResult, int]]:
+    """Train ``runs``, yielding each with its result and the size of the ensemble it trained in, as it
+    finishes. The runs are grouped into ensembles of up to ``ensemble`` seeds of one variant
+    (:func:`_ensembles`; 1: each run alone); the groups train one after another, or with ``jobs > 1`` up to
+    ``jobs`` at once in fresh ("spawn") processes, whose progress goes to stderr as lines. Each group sets its
+    own thread count (``train.threads``) and seeds, so it trains as it would alone. If a group fails or this
+    process is interrupted, the groups not started are cancelled and the workers stopped; their checkpoints
+    let the next start resume the runs they were training."""
+    groups = _ensembles(runs, ensemble)
+    if jobs <= 1 or len(groups) <= 1:
+        for group in groups:
+            for run, result in zip(group, _train_group(task, group), strict=True):
+                yield run, result, len(group)
         return
     context = multiprocessing.get_context("spawn")  # no fork of a process with torch's thread pools
-    with ProcessPoolExecutor(min(jobs, len(runs)), mp_context=context, initializer=progress_as_lines) as pool:
-        futures = {
-            pool.submit(train_memory_task, task, run.model, run.train, run.checkpoint, run.continue_from): run
-            for run in runs
-        }
+    n_workers = min(jobs, len(groups))
+    with ProcessPoolExecutor(n_workers, mp_context=context, initializer=progress_as_lines) as pool:
+        futures = {pool.submit(_train_group, task, group): group for group in groups}
         try:
             for future in as_completed(futures):
-                yield futures[future], future.result()
+                group = futures[future]
+                for run, result in zip(group, future.result(), strict=True):
+                    yield run, result, len(group)
         except BaseException:  # Ctrl-C or a failed run: the runs still training would hold up the exit
             _stop_workers(pool)
             raise
+
+
+def _ensembles(runs: list[_RunToTrain], size: int) -> list[list[_RunToTrain]]:
+    """``runs`` in groups of up to ``size`` runs of one variant, in order."""
+    groups: list[list[_RunToTrain]] = []
+    for run in runs:
+        if groups and len(groups[-1]) < size and groups[-1][0].model == run.model:
+            groups[-1].append(run)
+        else:
+            groups.append([run])
+    return groups
+
+
+def _train_group(task: MemoryTaskConfig, group: list[_RunToTrain]) -> list[MemoryTrainResult]:
+    """One run alone (:func:`train_memory_task`) or several seeds as one ensemble."""
+    if len(group) == 1:
+        (run,) = group
+        return [train_memory_task(task, run.model, run.train, run.checkpoint, run.continue_from)]
+    # not at the top: the ensemble trainer builds on this module's single-run pieces
+    from recombine.experiments.dnc_ensemble_training import train_memory_ensemble
+
+    return train_memory_ensemble(
+        task,
+        group[0].model,
+        [run.train for run in group],
+        [run.checkpoint for run in group],
+        [run.continue_from for run in group],
+    )
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
@@ -654,7 +716,10 @@ class StoredTrials:
         model: DNCSequenceConfig,
         train: MemoryTrainConfig,
         result: MemoryTrainResult,
+        members: int = 1,
     ) -> None:
+        """Keep ``result``; ``members`` > 1 records that it trained in an ensemble of that many seeds (its
+        ``seconds`` are then the ensemble's)."""
         key = self.key(task, model, train)
         name = f"trials/{self.run_name(task, model, train)}.pt"
         path = self.out_dir / name
@@ -671,6 +736,8 @@ class StoredTrials:
             "threads": train.threads,
             "torch": torch.__version__,
         }
+        if members > 1:
+            record["ensemble"] = members
         self.log.add(key, record)
 
 
@@ -823,13 +890,16 @@ class DNCComparisonConfig:
     # (benchmarks/results/dnc_compile.json); off for --quick, where compiling would dominate
     compile_steps: bool = False
     jobs: int = 1  # runs trained at once, each in a process of its own with `threads` threads
+    # seeds of one variant trained together as one batched model (experiments.dnc_ensemble_training): each
+    # member trains as alone up to float rounding, for little more than one run's time per step
+    ensemble: int = 1
 
     def __post_init__(self) -> None:
         _check_variants(self.variants)
         if not self.seeds:
             raise UserError("need at least one seed")
-        if self.jobs < 1:
-            raise UserError(f"jobs must be >= 1; got {self.jobs}")
+        if self.jobs < 1 or self.ensemble < 1:
+            raise UserError(f"jobs and ensemble must be >= 1; got jobs={self.jobs}, ensemble={self.ensemble}")
         for name in ("seeds", "variants"):
             values = getattr(self, name)
             if len(set(values)) != len(values):
@@ -983,7 +1053,9 @@ def run_variant_comparison(
     out.mkdir(parents=True, exist_ok=True)
     task = config.task()
     model, train = model_and_train_configs(config)
-    results = train_variants(task, model, train, config.variants, config.seeds, out, jobs=config.jobs)
+    results = train_variants(
+        task, model, train, config.variants, config.seeds, out, jobs=config.jobs, ensemble=config.ensemble
+    )
     comparison = VariantComparison(results, None, {}, None)
     stem = task_name.replace(" ", "_")
     comparison.loss_curve_figure = save_loss_curves(results, out / f"{stem}_loss.png", smooth=config.smooth)
@@ -1082,6 +1154,14 @@ def render_dnc_report(
         "",
         "Evaluation: a fixed set of "
         f"{config.eval_size} sequences per seed, scored on the answer steps (mean ± std over seeds).",
+        *(
+            [
+                f"Seeds of one variant trained together in ensembles of up to {config.ensemble} (one batched "
+                "model, `ensemble`): s / run is then the ensemble's time, shared by its runs."
+            ]
+            if config.ensemble > 1
+            else []
+        ),
         "",
         *[f"![{name}]({name})" for name in figures],
         "",
