@@ -6,7 +6,7 @@ time of a step of one DNC alone and of an ensemble of ``N`` DNCs
 (:func:`recombine.models.ensemble.stack_models`), both compiled per time step (``compile_steps=True``, as in
 the reproductions) or both eager. ``seed_steps_per_s`` is seeds x steps per second; ``throughput_ratio`` is
 the ensemble's over the single DNC's, i.e. how many times faster ``N`` seeds train as one ensemble than one
-after another. Both are measured in one process, one after the other.
+after another. Both are measured in one process, one after the other, each compiled afresh.
 
 Usage: ``python benchmarks/bench_dnc_ensemble.py [--threads 1] [--members 3,6] [--out
 benchmarks/results/dnc_ensemble.json]``.
@@ -39,6 +39,8 @@ def build(variant: str, members: int, compile_steps: bool) -> torch.nn.Module:
 
 
 def step_seconds(variant: str, members: int, compile_steps: bool, repeats: int) -> float:
+    # each size compiles afresh, with static shapes, as in a reproduction's process (one size per process)
+    torch._dynamo.reset()
     model = build(variant, members, compile_steps)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     x = torch.randn(BATCH * members, TIME_STEPS, WIDTH)

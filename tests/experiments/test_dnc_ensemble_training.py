@@ -40,18 +40,21 @@ def assert_same_run(ensemble: MemoryTrainResult, alone: MemoryTrainResult) -> No
     for curve in ("eval_loss", "eval_bit_error", "eval_sequence_accuracy"):
         np.testing.assert_allclose(getattr(ensemble, curve), getattr(alone, curve), rtol=1e-5, atol=1e-6)
     for name, tensor in alone.model.state_dict().items():
-        # Adam moves a weight of a near-zero gradient by ~lr whatever its rounding: 6 steps of 1e-2 here
-        torch.testing.assert_close(ensemble.model.state_dict()[name], tensor, rtol=1e-3, atol=1e-4)
+        # Adam and RMSprop move a weight of a near-zero gradient by ~lr whatever its rounding
+        torch.testing.assert_close(ensemble.model.state_dict()[name], tensor, rtol=1e-3, atol=1e-3)
 
 
-@pytest.mark.parametrize("variant", ["dnc", "dnc_mds"])
-def test_each_member_trains_as_it_would_alone(variant: str) -> None:
-    trains = [dataclasses.replace(TRAIN, seed=seed) for seed in (0, 1, 2)]
+@pytest.mark.parametrize(
+    ("variant", "optimizer", "lr"), [("dnc", "adam", 1e-2), ("dnc_mds", "rmsprop", 1e-3)]
+)
+def test_each_member_trains_as_it_would_alone(variant: str, optimizer: str, lr: float) -> None:
+    trains = [dataclasses.replace(TRAIN, seed=seed, optimizer=optimizer, lr=lr) for seed in (0, 1, 2)]
     results = train_memory_ensemble(TASK, small_dnc(variant), trains)
     for train, result in zip(trains, results, strict=True):
         assert_same_run(result, train_memory_task(TASK, small_dnc(variant), train))
     # the seeds differ: members are not copies of one another
     assert not np.allclose(results[0].train_loss, results[1].train_loss)
+    assert [result.ensemble for result in results] == [3, 3, 3]
 
 
 def test_batches_of_different_lengths_are_padded_without_loss_weight() -> None:
@@ -71,20 +74,26 @@ def test_batches_of_different_lengths_are_padded_without_loss_weight() -> None:
 
 def test_an_ensemble_checkpoint_resumes_as_a_single_run_and_back(tmp_path: Path) -> None:
     """Members write single-run checkpoints: the one left at step 3 of a 6-step ensemble continues alone to
-    the curves of an uninterrupted run; and an ensemble resumes members from single-run checkpoints, those at
-    another step than the rest trained in a group of their own."""
+    the curves of an uninterrupted run, and both continue together as one ensemble; an ensemble resumes
+    members from single-run checkpoints, those at another step than the rest trained in a group of their
+    own."""
     trains = [dataclasses.replace(TRAIN, seed=seed) for seed in (0, 1)]
     checkpoints = [tmp_path / f"seed{t.seed}.pt" for t in trains]
     train_memory_ensemble(TASK, small_dnc("dnc_ds"), trains, checkpoints)
     assert [load_training_state(c).step for c in checkpoints] == [3, 3]  # the last mid-run evaluation
-    uninterrupted = train_memory_task(TASK, small_dnc("dnc_ds"), trains[1])
-    assert_same_run(train_memory_task(TASK, small_dnc("dnc_ds"), trains[1], checkpoints[1]), uninterrupted)
+    uninterrupted = [train_memory_task(TASK, small_dnc("dnc_ds"), train) for train in trains]
+    assert_same_run(train_memory_task(TASK, small_dnc("dnc_ds"), trains[1], checkpoints[1]), uninterrupted[1])
+    for result, expected in zip(
+        train_memory_ensemble(TASK, small_dnc("dnc_ds"), trains, checkpoints), uninterrupted, strict=True
+    ):
+        assert_same_run(result, expected)
 
     # seed 1 resumes from its step-3 checkpoint, seed 2 starts fresh: two groups, each member still exact
     trains = [trains[1], dataclasses.replace(TRAIN, seed=2)]
     results = train_memory_ensemble(TASK, small_dnc("dnc_ds"), trains, [checkpoints[1], None])
-    assert_same_run(results[0], uninterrupted)
+    assert_same_run(results[0], uninterrupted[1])
     assert_same_run(results[1], train_memory_task(TASK, small_dnc("dnc_ds"), trains[1]))
+    assert [result.ensemble for result in results] == [1, 1]  # trained in two groups of one
 
 
 def test_members_must_differ_in_their_seed_only() -> None:
@@ -108,10 +117,18 @@ def test_a_reproduction_with_ensembles_keeps_the_same_runs(tmp_path: Path) -> No
             assert_same_run(member, single)
     records = [json.loads(line)["record"] for line in (tmp_path / "together" / "trials.jsonl").open()]
     assert sorted(r.get("ensemble", 1) for r in records) == [1, 1, 2, 2, 2, 2]
-    assert "ensembles of up to 2" in together.report.read_text()
-    assert "ensembles" not in alone.report.read_text()
+    assert "with an `ensemble` size" in together.report.read_text()
+    assert "`ensemble`" not in alone.report.read_text()
     again = run_dnc_repeat_copy(tmp_path / "together", config)
     assert all(run.final_state is None for runs in again.comparison.results.values() for run in runs)
+    assert sorted(run.ensemble for runs in again.comparison.results.values() for run in runs) == [
+        1,
+        1,
+        2,
+        2,
+        2,
+        2,
+    ]
 
 
 def test_ensemble_must_be_positive() -> None:

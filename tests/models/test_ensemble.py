@@ -83,6 +83,15 @@ def test_ensemble_lstm_cell_follows_nn_lstm_cell() -> None:
         torch.testing.assert_close(cell[rows], expected_cell)
 
 
+def test_ensemble_linear_keeps_extra_dimensions_member_major() -> None:
+    layers = [nn.Linear(4, 2) for _ in range(3)]
+    x = torch.randn(3 * BATCH, 5, 4)
+    out = stack_models(layers)(x)
+    assert out.shape == (3 * BATCH, 5, 2)
+    for i, layer in enumerate(layers):
+        torch.testing.assert_close(out[member_rows(BATCH, i)], layer(x[member_rows(BATCH, i)]))
+
+
 def test_member_weights_round_trip_through_a_plain_model() -> None:
     models = dncs("dnc_mds", 3)
     ensemble = stack_models(models)
@@ -153,6 +162,8 @@ def test_gradient_clip_per_member_matches_clip_grad_norm_on_each_member() -> Non
 
 
 def test_stack_models_refuses_what_it_cannot_stack() -> None:
+    with pytest.raises(UserError, match="buffers"):
+        stack_models([nn.BatchNorm1d(3), nn.BatchNorm1d(3)])
     with pytest.raises(UserError, match="Embedding"):
         stack_models([nn.Sequential(nn.Embedding(3, 2)), nn.Sequential(nn.Embedding(3, 2))])
     with pytest.raises(UserError, match="same parameter names and shapes"):

@@ -1,17 +1,17 @@
 """Train several seeds of one DNC configuration at once, as one batched model (``ensemble=N``).
 
 At the thesis's A.2 sizes a DNC training step is a few hundred tiny tensor operations per time step, so its
-cost barely grows with the batch: a compiled step with batch 48 takes ~1.35x as long as one with batch 16
-(``benchmarks/bench_dnc_ensemble.py``). :func:`train_memory_ensemble` therefore trains the runs of one variant
-and several seeds in one process as one model (:func:`recombine.models.ensemble.stack_models`): each member is
-built and seeded as it would be alone, draws its batches and evaluation set from its own generators, has its
-own gradient-norm clip (:func:`~recombine.models.ensemble.clip_grad_norm_per_member`), and the element-wise
-optimiser on the stacked weights updates each member as its own optimiser would. The batch holds every
-member's batch; members' sequences of different lengths are right-padded to the longest, which changes no
-real step's output (the DNC is causal) and no loss (padding has no loss weight). So each member follows
-the run :func:`~recombine.experiments.dnc_memory.train_memory_task` trains alone, up to float rounding
-(tested over a few steps; over thousands of steps, rounding differences grow as between ``compile_steps``
-on and off).
+cost grows little with the batch: a compiled step of three DNCs as one ensemble took 1.3x (DNC) to 1.4x
+(DNC-MDS) as long as one DNC's step (``benchmarks/bench_dnc_ensemble.py``). :func:`train_memory_ensemble`
+therefore trains the runs of one variant and several seeds in one process as one model
+(:func:`recombine.models.ensemble.stack_models`): each member is built and seeded as it would be alone, draws
+its batches and evaluation set from its own generators, has its own gradient-norm clip
+(:func:`~recombine.models.ensemble.clip_grad_norm_per_member`), and the element-wise optimiser on the stacked
+weights updates each member as its own optimiser would. The batch holds every member's batch; members'
+sequences of different lengths are right-padded to the longest, which changes no real step's output (the DNC
+is causal) and no loss (padding has no loss weight). So each member follows the run
+:func:`~recombine.experiments.dnc_memory.train_memory_task` trains alone, up to float rounding (tested over a
+few steps; over thousands of steps, rounding differences grow as between ``compile_steps`` on and off).
 
 Every member writes its own mid-run checkpoint in the single run's format, and its result is kept like a
 single run's, so reports, ``recombine probe dnc-trace`` and later single-run continuations read it unchanged.
@@ -98,9 +98,11 @@ def train_memory_ensemble(
     from different steps are trained as separate ensembles, one after the other, each group's members
     together."""
     n = len(trains)
+    if n < 1:
+        raise ValueError("an ensemble needs at least one member")
     checkpoints = list(checkpoints) if checkpoints is not None else [None] * n
     continue_from = list(continue_from) if continue_from is not None else [None] * n
-    if n < 1 or len(checkpoints) != n or len(continue_from) != n:
+    if len(checkpoints) != n or len(continue_from) != n:
         raise ValueError("need one checkpoint and one continue_from entry (or None) per member")
     shared = {dataclasses.replace(train, seed=0) for train in trains}
     if len(shared) != 1 or len({train.seed for train in trains}) != n:
@@ -111,7 +113,7 @@ def train_memory_ensemble(
     results: dict[int, MemoryTrainResult] = {}
     for start in sorted(set(start_steps)):
         group = [i for i, step in enumerate(start_steps) if step == start]
-        trained = _train(
+        trained = _train_from_one_step(
             task,
             model_config,
             [trains[i] for i in group],
@@ -122,7 +124,7 @@ def train_memory_ensemble(
     return [results[i] for i in range(n)]
 
 
-def _train(
+def _train_from_one_step(
     task: MemoryTaskConfig,
     model_config: DNCSequenceConfig,
     trains: Sequence[MemoryTrainConfig],
@@ -130,7 +132,7 @@ def _train(
     resumed: Sequence[TrainingState | None],
 ) -> list[MemoryTrainResult]:
     """The members' training, all starting at the same step."""
-    settings = trains[0]
+    settings = trains[0]  # what the members share (they differ in their seed only)
     if settings.threads:
         torch.set_num_threads(settings.threads)
     models: list[DNC] = []
@@ -181,7 +183,10 @@ def _train(
             loss = float(batch_loss(member_logits, own, settings.loss_on))
             member.evaluations.append((step, loss, bit_error, accuracy))
 
-    def state_of(i: int, step: int, seconds: float) -> TrainingState:
+    def state_at(i: int, step: int, seconds: float) -> TrainingState:
+        """Member ``i``'s state in the single run's format. Its ``torch_rng`` is this process's, not the one
+        the member would have alone; nothing in DNC memory training draws from torch's generator (no dropout,
+        numpy batches), so a run continued from it trains the same."""
         member = members[i]
         return TrainingState(
             step=step,
@@ -200,6 +205,7 @@ def _train(
     ensemble.train()
     seeds = ",".join(str(t.seed) for t in trains)
     with training_bar(settings.steps, f"{model_config.variant} seeds {seeds}", initial=first_step) as bar:
+        bar.set_postfix_str(_evaluation_postfix(members))
         for step in range(first_step, settings.steps):
             config = settings.curriculum.config_at(task, step)
             own_batches = [sample_batch(config, batch_size, m.batch_rng) for m in members]
@@ -218,12 +224,12 @@ def _train(
                 member.train_loss[step] = loss.item()
             if (step + 1) % settings.eval_every == 0 or step + 1 == settings.steps:
                 record(step + 1)
-                bar.set_postfix_str("eval loss " + " ".join(f"{m.evaluations[-1][1]:.3g}" for m in members))
+                bar.set_postfix_str(_evaluation_postfix(members))
                 if step + 1 < settings.steps:
                     elapsed = time.perf_counter() - start
                     for i, member in enumerate(members):
                         if member.checkpoint is not None:
-                            save_training_state(member.checkpoint, state_of(i, step + 1, elapsed))
+                            save_training_state(member.checkpoint, state_at(i, step + 1, elapsed))
             bar.update()
     seconds = time.perf_counter() - start
     results = []
@@ -231,7 +237,7 @@ def _train(
         model = build_sequence_dnc(task, model_config)
         model.load_state_dict(member_state_dict(ensemble, i))
         model.eval()
-        steps, losses_, bit_errors, accuracies = (
+        steps, eval_losses, bit_errors, accuracies = (
             np.array(column) for column in zip(*member.evaluations, strict=True)
         )
         results.append(
@@ -239,11 +245,17 @@ def _train(
                 model=model,
                 train_loss=member.train_loss,
                 eval_steps=steps.astype(int),
-                eval_loss=losses_,
+                eval_loss=eval_losses,
                 eval_bit_error=bit_errors,
                 eval_sequence_accuracy=accuracies,
                 seconds=member.seconds_before + seconds,
-                final_state=state_of(i, settings.steps, seconds),
+                final_state=state_at(i, settings.steps, seconds),
+                ensemble=len(members),
             )
         )
     return results
+
+
+def _evaluation_postfix(members: Sequence[_Member]) -> str:
+    """The progress bar's note: every member's last evaluation loss."""
+    return "eval loss " + " ".join(f"{member.evaluations[-1][1]:.3g}" for member in members)

@@ -193,6 +193,8 @@ class MemoryTrainResult:
     seconds: float
     # where training ended (optimiser, RNGs), to continue the run to more steps; None for a run read back
     final_state: TrainingState | None = None
+    # runs trained together as one batched model, this one included (experiments.dnc_ensemble_training)
+    ensemble: int = 1
 
 
 def build_sequence_dnc(task: MemoryTaskConfig, config: DNCSequenceConfig) -> DNC:
@@ -355,7 +357,7 @@ def resume_point(
     """The training state a run of these settings continues from: ``checkpoint``'s if the file holds one that
     loads into this run's model and optimiser, else ``continue_from``'s (a shorter kept run, said on stderr),
     else None (a fresh start; said on stderr when there was something to try). Each state that cannot be
-    resumed is said on stderr in one line (:func:`train_memory_task`)."""
+    resumed is said on stderr in one line."""
     what = f"{model_config.variant} seed {train.seed}"
     sources: list[tuple[str, TrainingState | None]] = []  # tried in this order
     if checkpoint is not None and checkpoint.is_file():
@@ -372,7 +374,8 @@ def resume_point(
                 or len(resumed.train_loss) != resumed.step
             ):
                 raise ValueError("not a training state of this run")
-            scratch = build_sequence_dnc(task, model_config)
+            with torch.random.fork_rng():  # building the scratch model leaves the caller's RNG alone
+                scratch = build_sequence_dnc(task, model_config)
             scratch.load_state_dict(resumed.model)
             make_optimizer(scratch, train).load_state_dict(copy.deepcopy(resumed.optimizer))
             np.random.default_rng().bit_generator.state = resumed.batch_rng
@@ -491,9 +494,9 @@ def train_variants(
                 if load_training_state(partial) is None:  # none, or unreadable: a shorter run may do
                     shorter = store.shorter_run(task, variant_model, seed_train)
                 to_train.append(_RunToTrain(variant, seed, variant_model, seed_train, partial, shorter))
-    for run, result, members in _train_runs(task, to_train, jobs, ensemble):
+    for run, result in _train_runs(task, to_train, jobs, ensemble):
         if store is not None and run.checkpoint is not None:
-            store.save(task, run.model, run.train, result, members=members)
+            store.save(task, run.model, run.train, result)
             run.checkpoint.unlink(missing_ok=True)
         finished(run.variant, run.seed, result, f"final eval loss {result.eval_loss[-1]:.3g}")
     return {variant: [results[variant][seed] for seed in seeds] for variant in variants}
@@ -501,19 +504,17 @@ def train_variants(
 
 def _train_runs(
     task: MemoryTaskConfig, runs: list[_RunToTrain], jobs: int, ensemble: int = 1
-) -> Iterator[tuple[_RunToTrain, MemoryTrainResult, int]]:
-    """Train ``runs``, yielding each with its result and the size of the ensemble it trained in, as it
-    finishes. The runs are grouped into ensembles of up to ``ensemble`` seeds of one variant
-    (:func:`_ensembles`; 1: each run alone); the groups train one after another, or with ``jobs > 1`` up to
-    ``jobs`` at once in fresh ("spawn") processes, whose progress goes to stderr as lines. Each group sets its
-    own thread count (``train.threads``) and seeds, so it trains as it would alone. If a group fails or this
-    process is interrupted, the groups not started are cancelled and the workers stopped; their checkpoints
-    let the next start resume the runs they were training."""
+) -> Iterator[tuple[_RunToTrain, MemoryTrainResult]]:
+    """Train ``runs``, yielding each with its result as it finishes. The runs are grouped into ensembles of
+    up to ``ensemble`` seeds of one variant (:func:`_ensembles`; 1: each run alone); the groups train one
+    after another, or with ``jobs > 1`` up to ``jobs`` at once in fresh ("spawn") processes, whose progress
+    goes to stderr as lines. Each group sets its own thread count (``train.threads``) and seeds, so it trains
+    as it would alone. If a group fails or this process is interrupted, the groups not started are cancelled
+    and the workers stopped; their checkpoints let the next start resume the runs they were training."""
     groups = _ensembles(runs, ensemble)
     if jobs <= 1 or len(groups) <= 1:
         for group in groups:
-            for run, result in zip(group, _train_group(task, group), strict=True):
-                yield run, result, len(group)
+            yield from zip(group, _train_group(task, group), strict=True)
         return
     context = multiprocessing.get_context("spawn")  # no fork of a process with torch's thread pools
     n_workers = min(jobs, len(groups))
@@ -522,8 +523,7 @@ def _train_runs(
         try:
             for future in as_completed(futures):
                 group = futures[future]
-                for run, result in zip(group, future.result(), strict=True):
-                    yield run, result, len(group)
+                yield from zip(group, future.result(), strict=True)
         except BaseException:  # Ctrl-C or a failed run: the runs still training would hold up the exit
             _stop_workers(pool)
             raise
@@ -665,7 +665,8 @@ class StoredTrials:
         except UNREADABLE_STATE_ERRORS as error:
             raise UnreadableStoredRun(f"{path} cannot be read ({first_line(error)})") from error
         dnc.eval()
-        return MemoryTrainResult(model=dnc, seconds=float(record["seconds"]), **curves)
+        seconds, ensemble = float(record["seconds"]), int(record.get("ensemble", 1))
+        return MemoryTrainResult(model=dnc, seconds=seconds, ensemble=ensemble, **curves)
 
     def shorter_run(
         self, task: MemoryTaskConfig, model: DNCSequenceConfig, train: MemoryTrainConfig
@@ -716,10 +717,9 @@ class StoredTrials:
         model: DNCSequenceConfig,
         train: MemoryTrainConfig,
         result: MemoryTrainResult,
-        members: int = 1,
     ) -> None:
-        """Keep ``result``; ``members`` > 1 records that it trained in an ensemble of that many seeds (its
-        ``seconds`` are then the ensemble's)."""
+        """Keep ``result``; a run trained in an ensemble (``result.ensemble > 1``) records its size, and its
+        ``seconds`` are the ensemble's."""
         key = self.key(task, model, train)
         name = f"trials/{self.run_name(task, model, train)}.pt"
         path = self.out_dir / name
@@ -736,8 +736,8 @@ class StoredTrials:
             "threads": train.threads,
             "torch": torch.__version__,
         }
-        if members > 1:
-            record["ensemble"] = members
+        if result.ensemble > 1:
+            record["ensemble"] = result.ensemble
         self.log.add(key, record)
 
 
@@ -1156,10 +1156,10 @@ def render_dnc_report(
         f"{config.eval_size} sequences per seed, scored on the answer steps (mean ± std over seeds).",
         *(
             [
-                f"Seeds of one variant trained together in ensembles of up to {config.ensemble} (one batched "
-                "model, `ensemble`): s / run is then the ensemble's time, shared by its runs."
+                "Runs marked in `trials.jsonl` with an `ensemble` size trained with other seeds of their "
+                "variant as one batched model: their s / run is the ensemble's time, shared by its runs."
             ]
-            if config.ensemble > 1
+            if any(run.ensemble > 1 for runs in comparison.results.values() for run in runs)
             else []
         ),
         "",

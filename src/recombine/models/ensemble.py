@@ -2,8 +2,8 @@
 
 A small recurrent model such as the DNC at the thesis's A.2 sizes spends most of a training step on the
 overhead of a few hundred tiny tensor operations per time step, not on arithmetic: on this machine a
-compiled A.2 DNC step takes ~1.35x as long for batch 48 as for batch 16
-(``benchmarks/bench_dnc_ensemble.py``).
+compiled step of three A.2 DNCs as one ensemble took 1.3x (DNC) to 1.4x (DNC-MDS) as long as one DNC's
+step (``benchmarks/bench_dnc_ensemble.py``).
 Training the seeds of one configuration side by side in one model whose batch holds every member's batch
 therefore costs little more than training one of them.
 
@@ -52,7 +52,7 @@ class EnsembleLinear(nn.Module):
             out = torch.bmm(rows, weight)
         else:
             out = torch.baddbmm(self.bias.unsqueeze(1), rows, weight)
-        return out.reshape(-1, self.out_features)
+        return out.reshape(*x.shape[:-1], self.out_features)
 
 
 class EnsembleLSTMCell(nn.Module):
@@ -97,14 +97,18 @@ _ENSEMBLE_LAYERS: dict[type[nn.Module], type[nn.Module]] = {
 def stack_models(models: Sequence[nn.Module]) -> nn.Module:
     """One module computing all ``models`` at once on a member-major batch (module docstring).
 
-    The models must share one architecture, and every parameter must belong to an ``nn.Linear`` or an
-    ``nn.LSTMCell``; anything else raises UserError. The result is a copy: ``models`` are left alone."""
+    The models must share one architecture and its settings: everything but the parameters (the modules'
+    settings, e.g. a DNC's memory switches) is taken from the first model. Every parameter must belong to an
+    ``nn.Linear`` or an ``nn.LSTMCell`` and the models must have no buffers; anything else raises UserError.
+    The result is a copy: ``models`` are left alone."""
     if len(models) < 1:
         raise UserError("an ensemble needs at least one model")
     names = [dict(m.named_modules()) for m in models]
     shapes = [{n: tuple(p.shape) for n, p in m.named_parameters()} for m in models]
     if any(s != shapes[0] for s in shapes[1:]):
         raise UserError("the models of an ensemble must have the same parameter names and shapes")
+    if any(True for model in models for _ in model.buffers()):
+        raise UserError("cannot stack models with buffers: only parameters are stacked")
     ensemble = copy.deepcopy(models[0])
     for name, module in list(ensemble.named_modules()):
         own = list(module.parameters(recurse=False))
@@ -114,19 +118,20 @@ def stack_models(models: Sequence[nn.Module]) -> nn.Module:
         if layer is None:
             raise UserError(f"cannot stack {type(module).__name__} {name!r}: only Linear and LSTMCell layers")
         stacked = layer([modules[name] for modules in names])
+        if not name:  # the models are single layers
+            return stacked
         parent_name, _, child = name.rpartition(".")
         setattr(ensemble.get_submodule(parent_name) if parent_name else ensemble, child, stacked)
     return ensemble
 
 
-def _check_member(ensemble: nn.Module, index: int) -> int:
+def _check_member(ensemble: nn.Module, index: int) -> None:
     n_members = {m.n_members for m in ensemble.modules() if isinstance(m, (EnsembleLinear, EnsembleLSTMCell))}
     if len(n_members) != 1:
         raise ValueError("not an ensemble made by stack_models")
     (count,) = n_members
     if not 0 <= index < count:
         raise IndexError(f"member {index} of an ensemble of {count}")
-    return count
 
 
 def member_state_dict(ensemble: nn.Module, index: int) -> dict[str, torch.Tensor]:
@@ -155,6 +160,8 @@ def member_optimizer_state(optimizer_state: dict[str, Any], index: int) -> dict[
 def stack_optimizer_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The inverse of :func:`member_optimizer_state`. The members' scalar entries must agree (they trained
     the same number of steps)."""
+    if any(state["state"].keys() != states[0]["state"].keys() for state in states[1:]):
+        raise ValueError("the members' optimiser states cover different parameters")
     stacked: dict[Any, dict[str, Any]] = {}
     for key, first in states[0]["state"].items():
         stacked[key] = {}
