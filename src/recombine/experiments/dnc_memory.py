@@ -155,7 +155,7 @@ class MemoryTrainConfig:
     optimizer: str = "rmsprop"  # "rmsprop" | "adam"
     lr: float = 1e-4
     momentum: float = 0.9  # RMSprop only
-    weight_decay: float = 1e-5  # not on biases
+    weight_decay: float = 1e-5  # not on the linear layers' biases (on the LSTM's bias_ih / bias_hh, though)
     grad_clip: float = 10.0  # max global gradient norm; 0 disables
     loss_on: str = "output_steps"  # "output_steps" | "all_steps"
     curriculum: Curriculum = field(default_factory=Curriculum)
