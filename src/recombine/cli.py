@@ -326,11 +326,26 @@ def cmd_runs(args: argparse.Namespace) -> int:
     runs = filter_runs(find_runs(root), args.task, args.model, args.status, args.where)
     if args.json:
         print(json.dumps([run.to_dict() for run in runs], indent=2))
-    elif runs:
+        return 0
+    if runs:
         print(format_table(runs, root, varying_fields(runs) if args.compare else None))
-    else:
+    # the DNC reproductions keep their runs in a store of their own; the filters are for run directories
+    filtered = any(value is not None for value in (args.task, args.model, args.status)) or bool(args.where)
+    reproductions = [] if filtered else _dnc_reproductions(root)
+    for index, (directory, table) in enumerate(reproductions):
+        print(("\n" if runs or index else "") + f"DNC runs in {directory}:\n{table}")
+    if not runs and not reproductions:
         print(f"no runs under {root} match", file=sys.stderr)
     return 0
+
+
+def _dnc_reproductions(root: Path) -> list[tuple[Path, str]]:
+    """Each DNC reproduction directory under ``root`` with the table of its kept and in-progress runs."""
+    from recombine.experiments.dnc_trial_listing import dnc_trials, find_dnc_reproductions, format_dnc_trials
+
+    return [
+        (directory, format_dnc_trials(dnc_trials(directory))) for directory in find_dnc_reproductions(root)
+    ]
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -751,7 +766,9 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--model")
     runs.add_argument("--status", help="finished, failed, running or interrupted")
     runs.add_argument("--where", action="append", metavar="KEY=VALUE", help="config field, e.g. seed=2")
-    runs.add_argument("--json", action="store_true", help="machine-readable output with full configs")
+    runs.add_argument(
+        "--json", action="store_true", help="machine-readable output with full configs (run directories only)"
+    )
     runs.add_argument(
         "--compare", action="store_true", help="add a column per config field that differs between the runs"
     )
