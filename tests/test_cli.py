@@ -66,6 +66,7 @@ BAD_INPUTS = [
         "hnet-goals has no `jobs` setting; --jobs applies to grids",
     ),
     (["reproduce", "dnc-repeat-copy", "--jobs", "0"], "jobs must be >= 1; got 0"),
+    (["reproduce", "dnc-repeat-copy", "ensemble=0"], "ensemble must be >= 1; got 0"),
     (["reproduce", "dnc-key-value", "--jobs", "2", "jobs=3"], "--jobs 2 and jobs=3 disagree"),
     (["reproduce", "dnc-assoc-recall", "seeds=[0,0]"], "seeds must not repeat; got [0, 0]"),
     (["report", "/nonexistent/dir"], "does not exist"),

@@ -898,8 +898,10 @@ class DNCComparisonConfig:
         _check_variants(self.variants)
         if not self.seeds:
             raise UserError("need at least one seed")
-        if self.jobs < 1 or self.ensemble < 1:
-            raise UserError(f"jobs and ensemble must be >= 1; got jobs={self.jobs}, ensemble={self.ensemble}")
+        if self.jobs < 1:
+            raise UserError(f"jobs must be >= 1; got {self.jobs}")
+        if self.ensemble < 1:
+            raise UserError(f"ensemble must be >= 1; got {self.ensemble}")
         for name in ("seeds", "variants"):
             values = getattr(self, name)
             if len(set(values)) != len(values):
