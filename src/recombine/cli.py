@@ -343,9 +343,12 @@ def _dnc_reproductions(root: Path) -> list[tuple[Path, str]]:
     """Each DNC reproduction directory under ``root`` with the table of its kept and in-progress runs."""
     from recombine.experiments.dnc_trial_listing import dnc_trials, find_dnc_reproductions, format_dnc_trials
 
-    return [
-        (directory, format_dnc_trials(dnc_trials(directory))) for directory in find_dnc_reproductions(root)
-    ]
+    tables = []
+    for directory in find_dnc_reproductions(root):
+        trials = dnc_trials(directory)
+        if trials:
+            tables.append((directory, format_dnc_trials(trials)))
+    return tables
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

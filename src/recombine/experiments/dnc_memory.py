@@ -155,7 +155,7 @@ class MemoryTrainConfig:
     optimizer: str = "rmsprop"  # "rmsprop" | "adam"
     lr: float = 1e-4
     momentum: float = 0.9  # RMSprop only
-    weight_decay: float = 1e-5  # not on the linear layers' biases (on the LSTM's bias_ih / bias_hh, though)
+    weight_decay: float = 1e-5  # not on the linear layers' biases (make_optimizer)
     grad_clip: float = 10.0  # max global gradient norm; 0 disables
     loss_on: str = "output_steps"  # "output_steps" | "all_steps"
     curriculum: Curriculum = field(default_factory=Curriculum)
@@ -243,6 +243,8 @@ def evaluate(model: DNC, batch: MemoryTaskBatch, loss_on: str = "output_steps") 
 
 
 def make_optimizer(model: nn.Module, config: MemoryTrainConfig) -> torch.optim.Optimizer:
+    # the LSTM controller's bias_ih / bias_hh are not named "bias" and are decayed; spared now, they would
+    # change every stored run's training (docs/models/dnc.md, "The trainer")
     weights = [p for n, p in model.named_parameters() if not n.endswith("bias")]
     biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
     groups = [{"params": weights}, {"params": biases, "weight_decay": 0.0}]

@@ -1,134 +1,133 @@
-"""Where the runs of a DNC reproduction stand: the kept runs and the ones in progress (``recombine runs``).
+"""Where the runs of a DNC reproduction stand: the kept runs and the checkpointed ones (``recombine runs``).
 
-A DNC reproduction (``dnc-repeat-copy``, ``dnc-assoc-recall``) keeps its finished runs in
+A DNC reproduction (``dnc-repeat-copy``, ``dnc-assoc-recall``, ``dnc-key-value``) keeps its finished runs in
 ``trials.jsonl`` + ``trials/*.pt`` (:class:`~recombine.experiments.dnc_memory.StoredTrials`) and the run
-in progress at every evaluation in ``trials/partial/<variant>-seed<S>-<digest>.pt``
+still to finish at every evaluation in ``trials/partial/<variant>-seed<S>-<digest>.pt``
 (:mod:`~recombine.experiments.dnc_trial_checkpoint`). At the thesis's A.2 sizes a run takes hours and spans
-sessions, so ``recombine runs DIR`` lists these too: per run its variant and seed, whether it is kept or
-in progress, its step (of the reproduction's ``steps``, read from ``experiment.yaml``, for a run in
-progress), its last evaluation (loss, bit error, sequence accuracy), its training seconds and, for a kept
-run, the size of the ensemble it trained in.
+sessions, so ``recombine runs DIR`` lists these too, one line per run
+(:func:`recombine.probes.dnc_stored_trace.stored_runs` finds them and matches each checkpoint to a run of the
+reproduction's ``experiment.yaml``): variant, seed, ``kept`` or ``checkpoint`` (a run that resumes from its
+checkpoint when the reproduction is started again; whether a process is training it now is not known),
+step of steps, its last evaluation (loss, bit error, sequence accuracy), its training seconds, the size of
+the ensemble a kept run trained in, when the checkpoint was saved, and the run's name (for
+``recombine probe dnc-trace --run``).
+
+This module imports nothing heavy at the top: ``recombine runs`` calls :func:`find_dnc_reproductions` on
+every listing.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-import yaml
-
-from recombine.experiments.dnc_memory import StoredTrials
-from recombine.experiments.dnc_trial_checkpoint import UNREADABLE_STATE_ERRORS, load_training_state
-
 
 @dataclass(frozen=True)
 class DNCTrialProgress:
+    """One run of a DNC reproduction: kept, checkpointed, or ``unreadable`` (its file cannot be read)."""
+
+    name: str  # <variant>-seed<S>-<digest>
     variant: str
     seed: int
-    status: str  # "kept" or "in progress"; "unreadable" for a file that cannot be read
-    step: int
-    steps: int | None  # None for a run in progress whose reproduction config is not there
-    eval_loss: float | None  # the last evaluation's
-    bit_error: float | None
-    sequence_accuracy: float | None
-    seconds: float | None
-    ensemble: int | None  # kept runs: the size of the ensemble it trained in (1: alone)
-    file: Path
+    status: str
+    step: int | None
+    steps: int
+    eval_loss: float | None = None  # the last evaluation's
+    bit_error: float | None = None
+    sequence_accuracy: float | None = None
+    seconds: float | None = None
+    ensemble: int | None = None  # kept runs: the size of the ensemble it trained in (1: alone)
+    saved: datetime.datetime | None = None  # checkpoints: when the file was written
 
 
 def dnc_trials(out_dir: Path) -> list[DNCTrialProgress]:
-    """The kept runs of the DNC reproduction in ``out_dir``, then its runs in progress, each by variant and
-    seed."""
+    """The kept and checkpointed runs of the DNC reproduction in ``out_dir``, by variant, seed and steps."""
+    import torch
+
+    from recombine.errors import UserError
+    from recombine.experiments.dnc_memory import StoredTrials
+    from recombine.experiments.dnc_trial_checkpoint import UNREADABLE_STATE_ERRORS, load_training_state
+    from recombine.probes.dnc_stored_trace import stored_runs
+
     store = StoredTrials(out_dir)
     records = store.log.finished()
-    kept = []
-    for task, model, train in store.finished():
-        record = records[store.key(task, model, train)]
-        path = out_dir / record["file"]
-        common = {"variant": model.variant, "seed": train.seed, "step": train.steps, "steps": train.steps}
-        try:
-            stored = torch.load(path, weights_only=True)
-            last = [float(stored[curve][-1]) for curve in _LAST_EVALUATION]
-        except UNREADABLE_STATE_ERRORS:
-            kept.append(DNCTrialProgress(**common, status="unreadable", **_NO_EVALUATION, file=path))
+    try:
+        runs = stored_runs(out_dir)
+    except UserError:  # no run of this version of recombine (checkpoints that match none are said on stderr)
+        return []
+    listed = []
+    for run in runs:
+        common = {
+            "name": run.name,
+            "variant": run.model.variant,
+            "seed": run.train.seed,
+            "steps": run.train.steps,
+        }
+        if run.at_step is None:
+            # None where the key rebuilt from the configs is not the stored one (a field added since)
+            record = records.get(store.key(run.task, run.model, run.train)) or {}
+            try:
+                stored = torch.load(out_dir / record["file"], weights_only=True)
+                evaluation = {
+                    "eval_loss": float(stored["eval_loss"][-1]),
+                    "bit_error": float(stored["eval_bit_error"][-1]),
+                    "sequence_accuracy": float(stored["eval_sequence_accuracy"][-1]),
+                    "seconds": float(record["seconds"]),
+                    "ensemble": int(record.get("ensemble", 1)),
+                }
+            except UNREADABLE_STATE_ERRORS:
+                listed.append(DNCTrialProgress(**common, status="unreadable", step=None))
+                continue
+            listed.append(DNCTrialProgress(**common, status="kept", step=run.train.steps, **evaluation))
             continue
-        seconds, ensemble = float(record["seconds"]), int(record.get("ensemble", 1))
-        kept.append(
-            DNCTrialProgress(**common, status="kept", **_evaluation(*last, seconds, ensemble), file=path)
-        )
-    steps = _configured_steps(out_dir)
-    in_progress = []
-    for path in sorted((out_dir / "trials" / "partial").glob("*.pt")):
-        variant, seed = _variant_and_seed(path)
+        path = store.partial_path(run.task, run.model, run.train)
         state = load_training_state(path)
-        common = {"variant": variant, "seed": seed, "steps": steps, "file": path}
         if state is None or not state.evaluations:
-            in_progress.append(DNCTrialProgress(**common, status="unreadable", step=0, **_NO_EVALUATION))
+            listed.append(DNCTrialProgress(**common, status="unreadable", step=None))
             continue
         _, loss, bit_error, accuracy = state.evaluations[-1]
-        evaluation = _evaluation(loss, bit_error, accuracy, state.seconds, None)
-        in_progress.append(DNCTrialProgress(**common, status="in progress", step=state.step, **evaluation))
-    order = lambda trial: (trial.variant, trial.seed)  # noqa: E731
-    return sorted(kept, key=order) + sorted(in_progress, key=order)
-
-
-#: the curves of a kept run whose last values are listed
-_LAST_EVALUATION = ("eval_loss", "eval_bit_error", "eval_sequence_accuracy")
-
-
-def _evaluation(
-    loss: float | None,
-    bit_error: float | None,
-    accuracy: float | None,
-    seconds: float | None,
-    ensemble: int | None,
-) -> dict[str, float | int | None]:
-    return {
-        "eval_loss": loss,
-        "bit_error": bit_error,
-        "sequence_accuracy": accuracy,
-        "seconds": seconds,
-        "ensemble": ensemble,
-    }
-
-
-_NO_EVALUATION = _evaluation(None, None, None, None, None)
-
-
-def _variant_and_seed(path: Path) -> tuple[str, int]:
-    """``<variant>-seed<S>-<digest>.pt`` -> (variant, S); (stem, -1) for a name not of that form."""
-    name, _, _digest = path.stem.rpartition("-")
-    variant, _, seed = name.rpartition("-seed")
-    return (variant, int(seed)) if variant and seed.isdigit() else (path.stem, -1)
-
-
-def _configured_steps(out_dir: Path) -> int | None:
-    """The ``steps`` of the reproduction's stored config (``experiment.yaml``), if it has one."""
-    try:
-        config = yaml.safe_load((out_dir / "experiment.yaml").read_text())
-        return int(config["steps"])
-    except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError):
-        return None
+        listed.append(
+            DNCTrialProgress(
+                **common,
+                status="checkpoint",
+                step=state.step,
+                eval_loss=loss,
+                bit_error=bit_error,
+                sequence_accuracy=accuracy,
+                seconds=state.seconds,
+                saved=datetime.datetime.fromtimestamp(path.stat().st_mtime),
+            )
+        )
+    return listed
 
 
 def find_dnc_reproductions(root: Path) -> list[Path]:
-    """The directories under ``root`` (``root`` included) that hold kept or in-progress DNC runs."""
+    """The directories under ``root`` (``root`` included) that hold kept or checkpointed DNC runs. Run
+    directories (``config.yaml``) are not entered; another kind of grid's ``trials.jsonl`` does not count."""
     found = []
-    for directory, subdirectories, _files in os.walk(root):
+    for directory, subdirectories, files in os.walk(root):
+        if "config.yaml" in files or "failure.json" in files:  # a run of `recombine train`
+            subdirectories.clear()
+            continue
+        subdirectories.sort()
         path = Path(directory)
-        partial = path / "trials" / "partial"
-        if any(partial.glob("*.pt")) or StoredTrials(path).finished():
+        checkpoints = any((path / "trials" / "partial").glob("*.pt"))
+        if checkpoints or ("trials.jsonl" in files and _holds_dnc_runs(path)):
             found.append(path)
             subdirectories.clear()
-        else:
-            subdirectories.sort()
     return sorted(found)
 
 
+def _holds_dnc_runs(path: Path) -> bool:
+    from recombine.experiments.dnc_memory import StoredTrials
+
+    return bool(StoredTrials(path).finished())
+
+
 def format_dnc_trials(trials: list[DNCTrialProgress]) -> str:
-    """One line per run: variant, seed, status, step, last evaluation, seconds, ensemble."""
+    """One line per run: variant, seed, status, step, last evaluation, seconds, ensemble, saved, name."""
     header = [
         "variant",
         "seed",
@@ -140,27 +139,30 @@ def format_dnc_trials(trials: list[DNCTrialProgress]) -> str:
         "seconds",
         "ensemble",
     ]
+    header += ["saved", "run"]
     rows = []
     for trial in trials:
-        progress = f"{trial.step}/{trial.steps}" if trial.steps is not None else str(trial.step)
         rows.append(
             [
                 trial.variant,
                 str(trial.seed),
                 trial.status,
-                progress,
+                f"{'-' if trial.step is None else trial.step}/{trial.steps}",
                 _number(trial.eval_loss, "{:.3g}"),
                 _number(trial.bit_error, "{:.4f}"),
                 _number(trial.sequence_accuracy, "{:.3f}"),
                 _number(trial.seconds, "{:.0f}"),
                 "-" if trial.ensemble is None else str(trial.ensemble),
+                "-" if trial.saved is None else trial.saved.strftime("%Y-%m-%d %H:%M"),
+                trial.name,
             ]
         )
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(text.ljust(w) for text, w in zip(row, widths, strict=True)).rstrip()
+    lines = [
+        "  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True))
         for row in [header, *rows]
-    )
+    ]
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _number(value: float | None, form: str) -> str:
