@@ -232,11 +232,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(render_index(Path(args.path)))
         print(f"html: {Path(args.path) / 'index.html'}")
         return 0
-    from recombine.runs.report import render
+    from recombine.runs.report import render, report_page
 
     print(render(Path(args.path), html=args.html))
     if args.html:
-        print(f"html: {Path(args.path) / 'report.html'}")
+        print(f"html: {report_page(Path(args.path))}")
     return 0
 
 

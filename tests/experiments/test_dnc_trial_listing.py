@@ -7,42 +7,25 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-import yaml
 
+from dnc_in_progress import SETTINGS, stopped_reproduction
 from recombine.cli import main
-from recombine.experiments.dnc_memory import (
-    DNC_REPEAT_COPY,
-    DNCRepeatCopyConfig,
-    StoredTrials,
-    model_and_train_configs,
-    train_memory_task,
-)
+from recombine.experiments.dnc_memory import DNCRepeatCopyConfig, StoredTrials, model_and_train_configs
 from recombine.experiments.dnc_trial_checkpoint import load_training_state
 from recombine.experiments.dnc_trial_listing import dnc_trials, find_dnc_reproductions
-from recombine.experiments.scripted_reproduction import run_scripted
-from tiny_dnc import TINY_DNC_REPRODUCTION
-
-SETTINGS = {**TINY_DNC_REPRODUCTION, "steps": 6, "eval_every": 3, "variants": ["dnc_ds"], "seeds": [0]}
 
 
 @pytest.fixture(scope="module")
 def reproduction(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Seed 0 kept; seed 1 of the same settings killed after its step-3 checkpoint (its checkpoint left where
-    the reproduction would resume it); a stray unreadable checkpoint; a kept run's leftover checkpoint."""
+    """Seed 0 kept; seed 1 killed after its step-3 checkpoint (:func:`stopped_reproduction`); a stray
+    unreadable checkpoint; a kept run's leftover checkpoint."""
     out = tmp_path_factory.mktemp("dnc") / "repro"
-    run_scripted(DNC_REPEAT_COPY, out, overrides=SETTINGS)
-    # the reproduction started again with seeds 0 and 1 and killed while training seed 1
-    stored_config = out / "experiment.yaml"
-    stored_config.write_text(stored_config.read_text().replace("seeds:\n- 0\n", "seeds:\n- 0\n- 1\n"))
-    assert yaml.safe_load(stored_config.read_text())["seeds"] == [0, 1]
+    checkpoint = stopped_reproduction(out)
+    (checkpoint.parent / "dnc-seed7-0000000000.pt").write_bytes(b"cut short")  # matches no run: not listed
+    # the kept run's checkpoint, left over by a kill between keeping the run and removing it: not listed twice
     config = DNCRepeatCopyConfig(**SETTINGS)
     model, train = model_and_train_configs(config)
     model = dataclasses.replace(model, variant="dnc_ds")
-    second = dataclasses.replace(train, seed=1)
-    checkpoint = StoredTrials(out).partial_path(config.task(), model, second)
-    train_memory_task(config.task(), model, second, checkpoint=checkpoint)  # leaves its step-3 checkpoint
-    (checkpoint.parent / "dnc-seed7-0000000000.pt").write_bytes(b"cut short")  # matches no run: not listed
-    # the kept run's checkpoint, left over by a kill between keeping the run and removing it: not listed twice
     kept_name = StoredTrials(out).run_name(config.task(), model, dataclasses.replace(train, seed=0))
     (checkpoint.parent / f"{kept_name}.pt").write_bytes(checkpoint.read_bytes())
     return out
@@ -69,6 +52,12 @@ def test_kept_and_in_progress_runs_with_their_last_evaluation(reproduction: Path
     )
     assert (running.eval_loss, running.bit_error, running.sequence_accuracy) == state.evaluations[-1][1:]
     assert running.seconds == pytest.approx(state.seconds)
+    # the curves so far, for `recombine report`'s progress figure
+    assert [e[0] for e in kept.evaluations] == [0, 3, 6]
+    assert [e[1] for e in kept.evaluations] == pytest.approx(stored.eval_loss.tolist())
+    assert list(kept.train_loss) == pytest.approx(stored.train_loss.tolist())
+    assert running.evaluations == tuple(state.evaluations)
+    assert len(running.train_loss) == 3
 
 
 def test_recombine_runs_lists_them_unless_filtered(

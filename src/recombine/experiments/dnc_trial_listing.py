@@ -12,6 +12,10 @@ step of steps, its last evaluation (loss, bit error, sequence accuracy), its tra
 the ensemble a kept run trained in, when the checkpoint was saved, and the run's name (for
 ``recombine probe dnc-trace --run``).
 
+Each run also carries its curves so far (every evaluation and the training loss per step), which
+``recombine report`` draws for a reproduction that has not finished
+(:mod:`~recombine.experiments.dnc_progress_report`).
+
 This module imports nothing heavy at the top: ``recombine runs`` calls :func:`find_dnc_reproductions` on
 every listing.
 """
@@ -20,8 +24,14 @@ from __future__ import annotations
 
 import datetime
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from recombine.tasks.memory_tasks import MemoryTaskConfig
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,10 @@ class DNCTrialProgress:
     seconds: float | None = None
     ensemble: int | None = None  # kept runs: the size of the ensemble it trained in (1: alone)
     saved: datetime.datetime | None = None  # checkpoints: when the file was written
+    # (step, loss, bit error, sequence accuracy) of every evaluation so far (step 0: at initialisation)
+    evaluations: tuple[tuple[int, float, float, float], ...] = ()
+    train_loss: np.ndarray | None = field(default=None, compare=False, repr=False)  # [step] so far
+    task: MemoryTaskConfig | None = field(default=None, compare=False, repr=False)
 
 
 def dnc_trials(out_dir: Path) -> list[DNCTrialProgress]:
@@ -64,6 +78,7 @@ def dnc_trials(out_dir: Path) -> list[DNCTrialProgress]:
             "variant": run.model.variant,
             "seed": run.train.seed,
             "steps": run.train.steps,
+            "task": run.task,
         }
         if run.at_step is None:
             # None where the key rebuilt from the configs is not the stored one (a field added since)
@@ -76,6 +91,8 @@ def dnc_trials(out_dir: Path) -> list[DNCTrialProgress]:
                     "sequence_accuracy": float(stored["eval_sequence_accuracy"][-1]),
                     "seconds": float(record["seconds"]),
                     "ensemble": int(record.get("ensemble", 1)),
+                    "evaluations": _evaluations(stored),
+                    "train_loss": stored["train_loss"].numpy(),
                 }
             except UNREADABLE_STATE_ERRORS:
                 listed.append(DNCTrialProgress(**common, status="unreadable", step=None))
@@ -97,10 +114,19 @@ def dnc_trials(out_dir: Path) -> list[DNCTrialProgress]:
                 bit_error=bit_error,
                 sequence_accuracy=accuracy,
                 seconds=state.seconds,
+                evaluations=tuple(state.evaluations),
+                train_loss=state.train_loss,
                 saved=datetime.datetime.fromtimestamp(path.stat().st_mtime),
             )
         )
     return listed
+
+
+def _evaluations(stored: dict) -> tuple[tuple[int, float, float, float], ...]:
+    columns = ("eval_steps", "eval_loss", "eval_bit_error", "eval_sequence_accuracy")
+    step, loss, bit_error, accuracy = (stored[name].tolist() for name in columns)
+    rows = zip(step, loss, bit_error, accuracy, strict=True)
+    return tuple((int(s), float(lo), float(b), float(a)) for s, lo, b, a in rows)
 
 
 def find_dnc_reproductions(root: Path) -> list[Path]:

@@ -325,7 +325,34 @@ def render(path: Path, html: bool = False) -> str:
             raise UserError(f"--html renders sweep and reproduction directories; {path} is a single run")
         return render_run(path)
     if (path / SCRIPTED_CONFIG_FILE).is_file():  # a scripted reproduction writes its own report
+        if not (path / "report.md").is_file():
+            return _render_unfinished(path, html)
         if html:
             render_markdown_report(path)
         return (path / "report.md").read_text()
     return render_reproduction(path, html)
+
+
+def report_page(path: Path) -> Path:
+    """The HTML page ``render(path, html=True)`` wrote: ``progress.html`` for an unfinished scripted
+    reproduction, else ``report.html``."""
+    unfinished = (path / SCRIPTED_CONFIG_FILE).is_file() and not (path / "report.md").is_file()
+    return path / ("progress.html" if unfinished else "report.html")
+
+
+def _render_unfinished(path: Path, html: bool) -> str:
+    """A scripted reproduction without its report yet: a DNC reproduction's progress so far
+    (:mod:`recombine.experiments.dnc_progress_report`); any other says how to finish it."""
+    from recombine.experiments.dnc_trial_listing import find_dnc_reproductions
+
+    if find_dnc_reproductions(path) != [path]:
+        raise UserError(
+            f"{path} has no report.md yet: its reproduction has not finished "
+            "(the same `recombine reproduce` command resumes it)"
+        )
+    from recombine.experiments.dnc_progress_report import render_dnc_progress
+
+    text = render_dnc_progress(path)
+    if html:
+        report_page(path).write_text(render_markdown_page(text, path))
+    return text
