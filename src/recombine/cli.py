@@ -234,9 +234,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     from recombine.runs.report import render, report_page
 
+    page = report_page(Path(args.path))
     print(render(Path(args.path), html=args.html))
     if args.html:
-        print(f"html: {report_page(Path(args.path))}")
+        print(f"html: {page}")
     return 0
 
 
@@ -726,7 +727,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="re-render the report of a run or reproduction directory")
     report.add_argument("path")
     report.add_argument(
-        "--html", action="store_true", help="also write a static report.html beside report.md"
+        "--html",
+        action="store_true",
+        help="also write a static report.html (an unfinished DNC reproduction: progress.html)",
     )
     report.add_argument(
         "--index",

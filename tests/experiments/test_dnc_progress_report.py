@@ -3,14 +3,17 @@ checkpointed runs, with the steps to the convergence threshold a plain loop over
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from dnc_in_progress import SETTINGS, stopped_reproduction
 from recombine.cli import main
+from recombine.experiments import REPRODUCTIONS
 from recombine.experiments.dnc_memory import chance_loss
 from recombine.experiments.dnc_trial_checkpoint import load_training_state
 from recombine.experiments.dnc_trial_listing import dnc_trials
@@ -47,6 +50,7 @@ def test_progress_report_of_the_runs_so_far(reproduction: Path, capsys: pytest.C
     averages = np.convolve(kept.train_loss, np.ones(window) / window, mode="valid")
     threshold = float(np.sort(averages)[1]) + 1e-6  # above the second-lowest average: crossed at least once
     fraction = threshold / chance_loss(task)
+    assert 0 < fraction < 1, "the tiny runs' loss no longer crosses a threshold the config accepts"
     config_file = reproduction / "experiment.yaml"
     values = yaml.safe_load(config_file.read_text())
     config_file.write_text(yaml.safe_dump({**values, "threshold_fraction": fraction}))
@@ -58,7 +62,7 @@ def test_progress_report_of_the_runs_so_far(reproduction: Path, capsys: pytest.C
     assert (reproduction / "progress.html").stat().st_size > 0
     assert (reproduction / "progress_loss.png").read_bytes()[:4] == b"\x89PNG"
     assert not (reproduction / "report.md").exists()  # the reproduction's own report is still to come
-    assert "1 of 2 runs kept, 1 checkpointed" in out
+    assert "1 of 2 runs kept, 1 checkpointed, 0 not started" in out
 
     expected_kept = first_step_below(kept.train_loss, threshold, window)
     assert expected_kept is not None
@@ -82,10 +86,38 @@ def running_checkpoint(reproduction: Path, name: str) -> Path:
     return reproduction / "trials" / "partial" / f"{name}.pt"
 
 
-def test_unfinished_reproduction_without_runs_is_one_line(
+def test_runs_not_started_and_runs_of_other_settings(
+    reproduction: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The rows are the config's variants x seeds: a seed without a run is 'not started'; a kept run of other
+    settings (here 6 steps, where the config now asks 12) is counted and left out."""
+    copy = tmp_path / "repro"
+    shutil.copytree(reproduction, copy)
+    config_file = copy / "experiment.yaml"
+    values = yaml.safe_load(config_file.read_text())
+    config_file.write_text(yaml.safe_dump({**values, "seeds": [0, 1, 2]}))
+    assert main(["report", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 3 runs kept, 1 checkpointed, 1 not started" in out
+    assert row(out, "dnc_ds", 2)[2:4] == ["not started", "-"]
+    assert "| dnc_ds | " in out and " of 3 |" in out  # seeds past the threshold, out of the config's 3
+
+    config_file.write_text(yaml.safe_dump({**values, "steps": 12}))
+    assert main(["report", str(copy)]) == 0
+    captured = capsys.readouterr()
+    assert "0 of 2 runs kept, 0 checkpointed, 2 not started" in captured.out
+    assert [row(captured.out, "dnc_ds", seed)[2] for seed in (0, 1)] == ["not started", "not started"]
+    assert f"1 other run in {copy} (other settings) is left out" in captured.out
+    assert "progress_loss.png" not in captured.out  # no run of the config has started: no figure
+    assert "matches no run of experiment.yaml" in captured.err  # the 6-step checkpoint, said by the listing
+
+
+def test_unfinished_reproduction_of_another_kind_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "experiment.yaml").write_text("seeds: [0]\n")  # started, killed before any run was kept
+    # started and killed before writing its report: sim-linear's own config
+    config = REPRODUCTIONS["sim-linear"].resolve_config(None, True, {})
+    (tmp_path / "experiment.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1

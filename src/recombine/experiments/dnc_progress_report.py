@@ -2,82 +2,125 @@
 
 A DNC reproduction (``dnc-repeat-copy``, ``dnc-assoc-recall``, ``dnc-key-value``) writes ``report.md`` when
 every run has finished; at the thesis's A.2 sizes that is hours to days away and spans sessions. Until then
-``recombine report DIR`` renders this progress report from the kept runs and the checkpoints
+``recombine report DIR`` renders this progress report of the runs its ``experiment.yaml`` names (each
+variant x seed), from the kept runs and the checkpoints
 (:func:`recombine.experiments.dnc_trial_listing.dnc_trials`):
 
 * ``progress_loss.png``: the training loss (the moving average the finished report uses, thesis Fig. 2.3b)
-  and the loss on the fixed evaluation set, one colour per variant, one line per seed, the convergence
-  threshold dashed;
-* ``progress.md``: one row per run (its step, last evaluation and steps to the threshold so far) and, per
-  variant, how many seeds have reached the threshold so far, the measure of the finished report's "steps
-  to threshold" column. A seed that has not reached it yet may still do so: "so far" is the point.
+  and the loss on the fixed evaluation set, one colour per variant, one line style per seed, the
+  convergence threshold dashed;
+* ``progress.md``: one row per run (kept, checkpointed or not started; its step, last evaluation and steps
+  to the threshold so far) and, per variant, how many seeds have reached the threshold so far, the measure
+  of the finished report's "steps to threshold" column. A seed that has not reached it yet may still do so:
+  "so far" is the point.
 
-The threshold and the window are the reproduction's own (``threshold_fraction`` x the chance loss,
-``smooth`` steps; :func:`~recombine.experiments.dnc_memory.steps_to_threshold`), read from its
-``experiment.yaml``.
+The task, the threshold (``threshold_fraction`` x the chance loss) and the window (``smooth`` steps;
+:func:`~recombine.experiments.dnc_memory.steps_to_threshold`) are the reproduction's own. Runs of other
+settings in the same directory (a shorter run kept before the reproduction was extended, another task) are
+counted in one line and left out.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 
-from recombine.errors import UserError
-from recombine.experiments.dnc_memory import DNCComparisonConfig, chance_loss, steps_to_threshold
+from recombine.errors import UserError, first_line
+from recombine.experiments.dnc_memory import (
+    DNCComparisonConfig,
+    StoredTrials,
+    chance_loss,
+    steps_to_threshold,
+)
 from recombine.experiments.dnc_trial_listing import DNCTrialProgress, dnc_trials
+from recombine.experiments.scripted_reproduction import CONFIG_FILE
 
 PROGRESS_REPORT = "progress.md"
 PROGRESS_FIGURE = "progress_loss.png"
+PROGRESS_PAGE = "progress.html"
 
 
-def render_dnc_progress(out_dir: Path) -> str:
-    """Write ``progress.md`` and ``progress_loss.png`` into ``out_dir``; the Markdown."""
-    trials = [trial for trial in dnc_trials(out_dir) if trial.status != "unreadable"]
-    if not trials:
-        raise UserError(
-            f"{out_dir} has no report yet and no run of it has been kept or checkpointed; "
-            "start the reproduction (the same `recombine reproduce` command resumes it)"
-        )
-    threshold_fraction, smooth = _convergence_settings(out_dir)
-    chance = chance_loss(trials[0].task)
-    threshold = threshold_fraction * chance
-    reached = {id(trial): _steps_to_threshold(trial, threshold, smooth) for trial in trials}
-    save_progress_figure(trials, out_dir / PROGRESS_FIGURE, threshold, smooth)
+def render_dnc_progress(out_dir: Path, config: DNCComparisonConfig) -> str:
+    """Write ``progress.md`` and ``progress_loss.png`` (if any run has started) into ``out_dir``, the
+    directory of the DNC reproduction of ``config`` (:func:`reproduction_config`); the Markdown."""
+    from recombine.probes.dnc_stored_trace import runs_of_config
+
+    expected = runs_of_config(config, StoredTrials(out_dir))  # name -> run, variants x seeds
+    listed = {trial.name: trial for trial in dnc_trials(out_dir)}
+    trials = [listed[name] for name in expected if name in listed and listed[name].status != "unreadable"]
+    unreadable = sum(name in listed and listed[name].status == "unreadable" for name in expected)
+    others = sum(name not in expected for name in listed)
+    threshold = config.threshold_fraction * (chance := chance_loss(config.task()))
+    reached = {trial.name: _steps_to_threshold(trial, threshold, config.smooth) for trial in trials}
+    if trials:
+        save_progress_figure(trials, out_dir / PROGRESS_FIGURE, threshold, config.smooth)
     kept = sum(trial.status == "kept" for trial in trials)
+    counts = f"{kept} of {len(expected)} runs kept, {len(trials) - kept} checkpointed"
+    if unreadable:
+        counts += f", {unreadable} unreadable (see `recombine runs`)"
     lines = [
         f"# DNC reproduction in progress: {out_dir}",
         "",
-        f"{kept} of {len(trials)} runs kept, {len(trials) - kept} checkpointed: the same "
-        "`recombine reproduce` command resumes them, and writes `report.md` when all have finished.",
+        f"{counts}, {len(expected) - len(trials) - unreadable} not started: the same `recombine reproduce` "
+        "command resumes them, and writes `report.md` when all have finished.",
         "",
-        f"Steps to threshold: first step after which the {smooth}-step moving average of the training loss "
-        f"is below {threshold:.3g} ({threshold_fraction:g} x the chance loss {chance:.3g}); '-' = not yet.",
+        f"Steps to threshold: first step after which the {config.smooth}-step moving average of the training "
+        f"loss is below {threshold:.3g} ({config.threshold_fraction:g} x the chance loss {chance:.3g}); "
+        "'-' = not yet.",
         "",
         "| variant | seed | status | step | eval loss | bit error | seq. acc. | steps to threshold |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for trial in trials:
+    for name, run in expected.items():
+        trial = listed.get(name)
+        if trial is None or trial.status == "unreadable":
+            status = "not started" if trial is None else "unreadable"
+            lines.append(f"| {run.model.variant} | {run.train.seed} | {status} | - | - | - | - | - |")
+            continue
         lines.append(
             f"| {trial.variant} | {trial.seed} | {trial.status} | {trial.step}/{trial.steps} "
             f"| {trial.eval_loss:.3g} | {trial.bit_error:.4f} | {trial.sequence_accuracy:.3f} "
-            f"| {_or_dash(reached[id(trial)])} |"
+            f"| {_or_dash(reached[name])} |"
         )
     lines += ["", "| variant | seeds past the threshold so far | their steps to it |", "|---|---|---|"]
-    for variant in dict.fromkeys(trial.variant for trial in trials):
-        steps = [reached[id(t)] for t in trials if t.variant == variant]
-        past = sorted(s for s in steps if s is not None)
-        lines.append(f"| {variant} | {len(past)} of {len(steps)} | {', '.join(map(str, past)) or '-'} |")
-    lines += ["", f"![training and evaluation loss so far]({PROGRESS_FIGURE})", ""]
-    text = "\n".join(lines)
+    for variant in config.variants:
+        past = sorted(
+            step for trial in trials if trial.variant == variant and (step := reached[trial.name]) is not None
+        )
+        lines.append(
+            f"| {variant} | {len(past)} of {len(config.seeds)} | {', '.join(map(str, past)) or '-'} |"
+        )
+    if others:
+        which = "1 other run" if others == 1 else f"{others} other runs"
+        verb = "is" if others == 1 else "are"
+        lines += ["", f"{which} in {out_dir} (other settings) {verb} left out (`recombine runs` lists them)."]
+    if trials:
+        lines += ["", f"![training and evaluation loss so far]({PROGRESS_FIGURE})"]
+    text = "\n".join([*lines, ""])
     (out_dir / PROGRESS_REPORT).write_text(text)
     return text
 
 
+def reproduction_config(out_dir: Path) -> DNCComparisonConfig | None:
+    """The config of the DNC reproduction in ``out_dir``, from its ``experiment.yaml``; None if that is the
+    config of another reproduction."""
+    import yaml
+
+    from recombine.probes.dnc_stored_trace import dnc_reproduction_configs
+
+    config_file = out_dir / CONFIG_FILE
+    try:
+        values = yaml.safe_load(config_file.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise UserError(f"{config_file} cannot be read ({first_line(error)})") from error
+    configs = dnc_reproduction_configs(values, CONFIG_FILE) if isinstance(values, dict) else []
+    return configs[0] if configs else None
+
+
 def save_progress_figure(trials: list[DNCTrialProgress], path: Path, threshold: float, smooth: int) -> Path:
     """Two panels: the ``smooth``-step moving average of the training loss and the evaluation loss, per run
-    (colour: variant; line style: seed), log scale, ``threshold`` dashed."""
+    (colour: variant; line style: seed), log scale, ``threshold`` dashed, the legend below."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -86,12 +129,13 @@ def save_progress_figure(trials: list[DNCTrialProgress], path: Path, threshold: 
     variants = list(dict.fromkeys(trial.variant for trial in trials))
     seeds = sorted({trial.seed for trial in trials})
     styles = ["-", "--", ":", "-."]
-    fig, (train_ax, eval_ax) = plt.subplots(1, 2, figsize=(10.0, 3.8), sharey=True)
+    fig, (train_ax, eval_ax) = plt.subplots(1, 2, figsize=(10.0, 4.2), sharey=True)
     for trial in trials:
         colour = f"C{variants.index(trial.variant) % 10}"
         style = styles[seeds.index(trial.seed) % len(styles)]
         label = f"{trial.variant} seed {trial.seed}"
         if trial.train_loss is not None and len(trial.train_loss) >= smooth:
+            # the average over steps t-smooth+1..t, drawn at step t (steps count from 1)
             average = np.convolve(trial.train_loss, np.ones(smooth) / smooth, mode="valid")
             train_ax.plot(np.arange(smooth, len(trial.train_loss) + 1), average, colour, ls=style, lw=1.0)
         if trial.evaluations:
@@ -103,8 +147,10 @@ def save_progress_figure(trials: list[DNCTrialProgress], path: Path, threshold: 
         ax.set_xlabel("training step")
         ax.set_title(title, fontsize=10)
     train_ax.set_ylabel("loss (BCE per sequence)")
-    eval_ax.legend(fontsize=7, ncol=max(1, len(variants)), loc="lower left")
-    fig.tight_layout()
+    handles, labels = eval_ax.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, ncol=len(variants), loc="lower center")
+    legend_rows = -(-len(handles) // len(variants))
+    fig.tight_layout(rect=(0.0, min(0.35, 0.01 + 0.035 * legend_rows), 1.0, 1.0))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -112,24 +158,6 @@ def save_progress_figure(trials: list[DNCTrialProgress], path: Path, threshold: 
 
 def _steps_to_threshold(trial: DNCTrialProgress, threshold: float, smooth: int) -> int | None:
     return None if trial.train_loss is None else steps_to_threshold(trial.train_loss, threshold, smooth)
-
-
-def _convergence_settings(out_dir: Path) -> tuple[float, int]:
-    """``threshold_fraction`` and ``smooth`` from the reproduction's ``experiment.yaml`` (the comparison's
-    defaults where it lacks them or cannot be read)."""
-    import yaml
-
-    from recombine.experiments.scripted_reproduction import CONFIG_FILE
-
-    defaults = {field.name: field.default for field in dataclasses.fields(DNCComparisonConfig)}
-    try:
-        values = yaml.safe_load((out_dir / CONFIG_FILE).read_text())
-    except (OSError, yaml.YAMLError):
-        values = None
-    values = values if isinstance(values, dict) else {}
-    fraction = values.get("threshold_fraction", defaults["threshold_fraction"])
-    smooth = values.get("smooth", defaults["smooth"])
-    return float(fraction), int(smooth)
 
 
 def _or_dash(value: int | None) -> str:

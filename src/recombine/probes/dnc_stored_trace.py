@@ -27,7 +27,12 @@ from recombine.errors import UserError, choices_hint, first_line
 from recombine.probes.dnc_traces import MemoryTraceArrays, save_memory_trace
 
 if TYPE_CHECKING:  # the experiments package imports the probes
-    from recombine.experiments.dnc_memory import DNCSequenceConfig, MemoryTrainConfig, StoredTrials
+    from recombine.experiments.dnc_memory import (
+        DNCComparisonConfig,
+        DNCSequenceConfig,
+        MemoryTrainConfig,
+        StoredTrials,
+    )
     from recombine.models.dnc import DNC
     from recombine.tasks.memory_tasks import MemoryTaskConfig
 
@@ -123,28 +128,47 @@ def runs_in_progress(directory: str | Path) -> list[StoredDNCRun]:
 
 def _runs_of_config(values: dict[str, object], where: str, store: StoredTrials) -> dict[str, StoredDNCRun]:
     """Every run (variant x seed) of ``values`` read as each DNC reproduction's config, by run name."""
+    runs: dict[str, StoredDNCRun] = {}
+    for config in dnc_reproduction_configs(values, where):
+        runs.update(runs_of_config(config, store))
+    return runs
+
+
+def dnc_reproduction_configs(values: dict[str, object], where: str) -> list[DNCComparisonConfig]:
+    """``values`` (an ``experiment.yaml``) read as each DNC reproduction's config class that accepts it."""
     from recombine.experiments import REPRODUCTIONS
     from recombine.experiments.dnc_memory import DNCComparisonConfig, model_and_train_configs
     from recombine.experiments.scripted_reproduction import ScriptedReproduction
 
-    runs: dict[str, StoredDNCRun] = {}
     config_classes = {
         r.config_class
         for r in REPRODUCTIONS.values()
         if isinstance(r, ScriptedReproduction) and issubclass(r.config_class, DNCComparisonConfig)
     }
+    configs = []
     for config_class in sorted(config_classes, key=lambda cls: cls.__name__):
         try:
             config = validate_into(config_class(), values, where)
-            task, (model, train) = config.task(), model_and_train_configs(config)
+            config.task()  # validates the task's settings
+            model_and_train_configs(config)  # and the model's and the training's
         except UserError:  # another reproduction's config, or settings this class refuses
             continue
-        for variant in config.variants:
-            for seed in config.seeds:
-                run_model = dataclasses.replace(model, variant=variant)
-                run_train = dataclasses.replace(train, seed=seed)
-                name = store.run_name(task, run_model, run_train)
-                runs[name] = StoredDNCRun(task, run_model, run_train, name)
+        configs.append(config)
+    return configs
+
+
+def runs_of_config(config: DNCComparisonConfig, store: StoredTrials) -> dict[str, StoredDNCRun]:
+    """The runs (variant x seed, in the config's order) of one DNC reproduction's config, by run name."""
+    from recombine.experiments.dnc_memory import model_and_train_configs
+
+    task, (model, train) = config.task(), model_and_train_configs(config)
+    runs = {}
+    for variant in config.variants:
+        for seed in config.seeds:
+            run_model = dataclasses.replace(model, variant=variant)
+            run_train = dataclasses.replace(train, seed=seed)
+            name = store.run_name(task, run_model, run_train)
+            runs[name] = StoredDNCRun(task, run_model, run_train, name)
     return runs
 
 

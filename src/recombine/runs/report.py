@@ -334,25 +334,30 @@ def render(path: Path, html: bool = False) -> str:
 
 
 def report_page(path: Path) -> Path:
-    """The HTML page ``render(path, html=True)`` wrote: ``progress.html`` for an unfinished scripted
-    reproduction, else ``report.html``."""
+    """The HTML page ``render(path, html=True)`` writes: ``progress.html`` for a scripted reproduction that
+    has not finished (a DNC reproduction's progress report), else ``report.html``."""
+    from recombine.experiments.dnc_progress_report import PROGRESS_PAGE
+
     unfinished = (path / SCRIPTED_CONFIG_FILE).is_file() and not (path / "report.md").is_file()
-    return path / ("progress.html" if unfinished else "report.html")
+    return path / (PROGRESS_PAGE if unfinished else "report.html")
 
 
 def _render_unfinished(path: Path, html: bool) -> str:
     """A scripted reproduction without its report yet: a DNC reproduction's progress so far
     (:mod:`recombine.experiments.dnc_progress_report`); any other says how to finish it."""
-    from recombine.experiments.dnc_trial_listing import find_dnc_reproductions
+    from recombine.experiments.dnc_progress_report import (
+        PROGRESS_PAGE,
+        render_dnc_progress,
+        reproduction_config,
+    )
 
-    if find_dnc_reproductions(path) != [path]:
+    config = reproduction_config(path)
+    if config is None:
         raise UserError(
             f"{path} has no report.md yet: its reproduction has not finished "
             "(the same `recombine reproduce` command resumes it)"
         )
-    from recombine.experiments.dnc_progress_report import render_dnc_progress
-
-    text = render_dnc_progress(path)
+    text = render_dnc_progress(path, config)
     if html:
-        report_page(path).write_text(render_markdown_page(text, path))
+        (path / PROGRESS_PAGE).write_text(render_markdown_page(text, path))
     return text
