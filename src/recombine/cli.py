@@ -519,6 +519,15 @@ def cmd_probe_dnc_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe_dnc_errors(args: argparse.Namespace) -> int:
+    from recombine.probes.dnc_position_errors import format_position_errors, probe_position_errors
+
+    results, path = probe_position_errors(args.directory, args.out, args.sequences, args.seed, args.bin)
+    print(format_position_errors(results, args.bin))
+    print(f"written: {path}")
+    return 0
+
+
 #: what a user can do after Ctrl-C, by command
 INTERRUPT_HINTS = {
     "train": ": resume with `recombine train --resume RUN`",
@@ -703,6 +712,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", help="figure path, .png/.pdf/.svg (default DIR/probes/trace_<run>_ex<K>.png)"
     )
     dnc_trace.set_defaults(handler=cmd_probe_dnc_trace)
+    dnc_errors = probes.add_parser(
+        "dnc-errors",
+        help="bit error by answer position of every run of a DNC reproduction (the blur of Fig. 2.3a)",
+    )
+    dnc_errors.add_argument(
+        "directory", help="output directory of dnc-repeat-copy, dnc-assoc-recall or dnc-key-value"
+    )
+    dnc_errors.add_argument("--sequences", type=int, default=256, help="sequences each run answers")
+    dnc_errors.add_argument("--seed", type=int, default=0, help="seed of those sequences")
+    dnc_errors.add_argument("--bin", type=int, default=16, help="answer positions per bin (table, figure)")
+    dnc_errors.add_argument(
+        "--out", help="figure path, .png/.pdf/.svg (default DIR/probes/position_errors.png)"
+    )
+    dnc_errors.set_defaults(handler=cmd_probe_dnc_errors)
 
     export = commands.add_parser(
         "export", help="write a task split in its official file format (SCAN .txt, PCFG SET .src/.tgt)"

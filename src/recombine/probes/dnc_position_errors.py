@@ -1,0 +1,184 @@
+"""``recombine probe dnc-errors DIR``: where in the answer the runs of a DNC reproduction go wrong.
+
+Thesis Fig. 2.3a: on long repeated copy the DNC's output "is blurry. The problem is especially apparent
+starting from t = 50" (sec. 2.3): following temporal links through a link matrix that every write blurs
+gets worse the longer a sequence runs (sec. 2.2, "Sharpness enhancement"), and the reused cells of a memory
+smaller than the sequence alias without de-allocation wiping them. A run's bit error on its evaluation set
+averages that over every answer step. This probe splits it by **answer position**: the k-th step of a
+sequence whose output is scored (its ``loss_mask``), so for repeated copy the k-th word of the repeats.
+
+Every run of the directory (kept, or still training: its latest checkpoint; as ``recombine probe dnc-trace``
+finds them, :func:`~recombine.probes.dnc_stored_trace.stored_runs`) answers the same ``sequences`` sequences
+of its task (:func:`probe_batch`, seeded by ``seed``, independent of the runs' own evaluation sets). The
+result per run: wrong bits and scored bits per answer position, whose sums give the run's bit error on those
+sequences; the figure bins positions by ``bin`` (colour: variant, line style: seed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from recombine.errors import UserError
+from recombine.probes.dnc_stored_trace import FIGURE_SUFFIXES, StoredDNCRun
+
+if TYPE_CHECKING:
+    import torch
+
+    from recombine.tasks.memory_tasks import MemoryTaskBatch, MemoryTaskConfig
+
+#: evaluated this many sequences at a time (the DNC's activations grow with batch x length x cells)
+CHUNK = 64
+
+
+@dataclass(frozen=True)
+class PositionErrors:
+    """One run's errors by answer position ``k`` (the k-th scored step of a sequence, from 0)."""
+
+    run: StoredDNCRun  # a checkpointed run's ``at_step``: the step of the weights evaluated
+    wrong: np.ndarray  # [P] wrong output bits at position k, over all sequences
+    bits: np.ndarray  # [P] output bits scored at position k (sequences that reach it x output bits)
+
+    @property
+    def bit_error(self) -> float:
+        return float(self.wrong.sum() / max(self.bits.sum(), 1))
+
+    def binned(self, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """(first position of each bin, bit error in it) for bins of ``width`` positions."""
+        starts = np.arange(0, len(self.bits), width)
+        wrong = np.add.reduceat(self.wrong, starts)
+        bits = np.add.reduceat(self.bits, starts)
+        return starts, wrong / np.maximum(bits, 1)
+
+
+def answer_position_errors(logits: torch.Tensor, batch: MemoryTaskBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(wrong bits, scored bits) per answer position, for ``logits [B, T, Y]`` of ``batch``: output bits are
+    thresholded at probability 1/2, as the evaluation's bit error (``dnc_memory.answer_metrics``)."""
+    wrong = ((logits > 0).cpu().numpy() != (batch.targets > 0.5)).sum(-1)  # [B, T] wrong bits per step
+    scored = batch.loss_mask.astype(bool)
+    position = np.cumsum(scored, axis=1) - 1  # [B, T] index among the sequence's scored steps
+    n_positions = int(scored.sum(1).max(initial=0))
+    wrong_by_position = np.zeros(n_positions, dtype=np.int64)
+    np.add.at(wrong_by_position, position[scored], wrong[scored])
+    bits_by_position = np.bincount(position[scored], minlength=n_positions) * batch.targets.shape[-1]
+    return wrong_by_position, bits_by_position
+
+
+def probe_batch(task: MemoryTaskConfig, sequences: int, seed: int) -> MemoryTaskBatch:
+    """The sequences every run of ``task`` answers: the same for every run, none of a run's evaluation set
+    by construction of the seeds (those use ``[train seed, 1]``)."""
+    from recombine.tasks.memory_tasks import sample_batch
+
+    return sample_batch(task, sequences, np.random.default_rng([seed, 5]))
+
+
+def position_errors(directory: str | Path, sequences: int = 256, seed: int = 0) -> list[PositionErrors]:
+    """Every stored run of ``directory`` (kept or checkpointed) on :func:`probe_batch`."""
+    import torch
+
+    from recombine.experiments.dnc_memory import model_inputs
+    from recombine.probes.dnc_stored_trace import load_checkpoint_model, load_model, stored_runs
+
+    if sequences < 1:
+        raise UserError(f"--sequences must be >= 1; got {sequences}")
+    results = []
+    for run in stored_runs(directory):
+        if run.at_step is not None:  # as the checkpoint stands now
+            model, step = load_checkpoint_model(directory, run)
+            run = dataclasses.replace(run, at_step=step)
+        else:
+            model = load_model(directory, run)
+        batch = probe_batch(run.task, sequences, seed)
+        wrong_total, bits_total = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        for start in range(0, sequences, CHUNK):
+            chunk = _rows(batch, slice(start, start + CHUNK))
+            with torch.no_grad():
+                logits, _ = model(model_inputs(chunk.inputs))
+            wrong, bits = answer_position_errors(logits, chunk)
+            wrong_total, bits_total = _added(wrong_total, wrong), _added(bits_total, bits)
+        results.append(PositionErrors(run, wrong_total, bits_total))
+    return results
+
+
+def save_position_error_figure(results: list[PositionErrors], path: Path, width: int) -> Path:
+    """Bit error per bin of ``width`` answer positions, one line per run (colour: variant, style: seed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    variants = list(dict.fromkeys(r.run.model.variant for r in results))
+    seeds = sorted({r.run.train.seed for r in results})
+    styles = ["-", "--", ":", "-."]
+    fig, ax = plt.subplots(figsize=(7.0, 4.0))
+    for result in results:
+        starts, error = result.binned(width)
+        colour = f"C{variants.index(result.run.model.variant) % 10}"
+        style = styles[seeds.index(result.run.train.seed) % len(styles)]
+        ax.plot(starts + (width - 1) / 2, error, colour, ls=style, marker=".", lw=1.0, label=_label(result))
+    ax.set_xlabel(f"answer position (the k-th scored output step; bins of {width})")
+    ax.set_ylabel("bit error")
+    ax.legend(fontsize=7, ncol=max(1, len(variants)))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def format_position_errors(results: list[PositionErrors], width: int) -> str:
+    """A line per run: its bit error on the probe's sequences, then per bin of ``width`` positions."""
+    n_positions = max(len(r.bits) for r in results)
+    starts = range(0, n_positions, width)
+    header = ["run", "bit error", *[f"{s}-{min(s + width, n_positions) - 1}" for s in starts]]
+    rows = []
+    for result in results:
+        _, binned = result.binned(width)
+        cells = [f"{e:.3f}" for e in binned] + ["-"] * (len(starts) - len(binned))
+        rows.append([_label(result), f"{result.bit_error:.4f}", *cells])
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    )
+
+
+def probe_position_errors(
+    directory: str | Path, out: str | Path | None = None, sequences: int = 256, seed: int = 0, width: int = 16
+) -> tuple[list[PositionErrors], Path]:
+    """:func:`position_errors` and its figure (default ``DIR/probes/position_errors.png``)."""
+    if width < 1:
+        raise UserError(f"--bin must be >= 1; got {width}")
+    if out is not None and Path(out).suffix.lower() not in FIGURE_SUFFIXES:
+        raise UserError(f"--out must end in one of {', '.join(FIGURE_SUFFIXES)}; got {out}")
+    results = position_errors(directory, sequences, seed)
+    path = Path(out) if out is not None else Path(directory) / "probes" / "position_errors.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return results, save_position_error_figure(results, path, width)
+
+
+def _label(result: PositionErrors) -> str:
+    run = result.run
+    step = f"step {run.at_step}" if run.at_step is not None else f"{run.train.steps} steps"
+    return f"{run.model.variant} seed {run.train.seed} ({step})"
+
+
+def _rows(batch: MemoryTaskBatch, rows: slice) -> MemoryTaskBatch:
+    return dataclasses.replace(
+        batch,
+        inputs=batch.inputs[rows],
+        targets=batch.targets[rows],
+        loss_mask=batch.loss_mask[rows],
+        lengths=batch.lengths[rows],
+    )
+
+
+def _added(total: np.ndarray, part: np.ndarray) -> np.ndarray:
+    """``total + part`` for arrays of different lengths (a chunk of shorter sequences has fewer positions)."""
+    longer = np.zeros(max(len(total), len(part)), dtype=np.int64)
+    longer[: len(total)] += total
+    longer[: len(part)] += part
+    return longer
