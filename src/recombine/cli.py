@@ -522,7 +522,9 @@ def cmd_probe_dnc_trace(args: argparse.Namespace) -> int:
 def cmd_probe_dnc_errors(args: argparse.Namespace) -> int:
     from recombine.probes.dnc_position_errors import format_position_errors, probe_position_errors
 
-    results, path = probe_position_errors(args.directory, args.out, args.sequences, args.seed, args.bin)
+    results, path = probe_position_errors(
+        args.directory, args.out, args.sequences, args.sequence_seed, args.bin, args.min_sequences
+    )
     print(format_position_errors(results, args.bin))
     print(f"written: {path}")
     return 0
@@ -720,8 +722,11 @@ def build_parser() -> argparse.ArgumentParser:
         "directory", help="output directory of dnc-repeat-copy, dnc-assoc-recall or dnc-key-value"
     )
     dnc_errors.add_argument("--sequences", type=int, default=256, help="sequences each run answers")
-    dnc_errors.add_argument("--seed", type=int, default=0, help="seed of those sequences")
+    dnc_errors.add_argument("--sequence-seed", type=int, default=0, help="seed of those sequences")
     dnc_errors.add_argument("--bin", type=int, default=16, help="answer positions per bin (table, figure)")
+    dnc_errors.add_argument(
+        "--min-sequences", type=int, default=10, help="the figure leaves out bins fewer sequences reach"
+    )
     dnc_errors.add_argument(
         "--out", help="figure path, .png/.pdf/.svg (default DIR/probes/position_errors.png)"
     )

@@ -15,6 +15,7 @@ from dnc_in_progress import SETTINGS, stopped_reproduction
 from recombine.cli import main
 from recombine.experiments import REPRODUCTIONS
 from recombine.experiments.dnc_memory import chance_loss
+from recombine.experiments.dnc_progress_report import reproduction_config
 from recombine.experiments.dnc_trial_checkpoint import load_training_state
 from recombine.experiments.dnc_trial_listing import dnc_trials
 
@@ -100,14 +101,15 @@ def test_runs_not_started_and_runs_of_other_settings(
     out = capsys.readouterr().out
     assert "1 of 3 runs kept, 1 checkpointed, 1 not started" in out
     assert row(out, "dnc_ds", 2)[2:4] == ["not started", "-"]
-    assert "| dnc_ds | " in out and " of 3 |" in out  # seeds past the threshold, out of the config's 3
+    summary = next(line for line in out.splitlines() if line.startswith("| dnc_ds | ") and " of 3 |" in line)
+    assert summary.split("|")[2].strip().endswith("of 3")  # seeds past the threshold, out of the config's 3
 
     config_file.write_text(yaml.safe_dump({**values, "steps": 12}))
     assert main(["report", str(copy)]) == 0
     captured = capsys.readouterr()
     assert "0 of 2 runs kept, 0 checkpointed, 2 not started" in captured.out
     assert [row(captured.out, "dnc_ds", seed)[2] for seed in (0, 1)] == ["not started", "not started"]
-    assert f"1 other run in {copy} (other settings) is left out" in captured.out
+    assert f"1 kept run of other settings in {copy} is left out" in captured.out
     assert "progress_loss.png" not in captured.out  # no run of the config has started: no figure
     assert "matches no run of experiment.yaml" in captured.err  # the 6-step checkpoint, said by the listing
 
@@ -122,3 +124,24 @@ def test_unfinished_reproduction_of_another_kind_is_one_line(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "has no report.md yet" in err
+
+
+@pytest.mark.parametrize("name", ["dnc-repeat-copy", "dnc-assoc-recall", "dnc-key-value"])
+def test_each_reproduction_reads_back_as_its_own_config(name: str, tmp_path: Path) -> None:
+    """dnc-key-value's fields are a subset of dnc-repeat-copy's: its experiment.yaml fits both classes."""
+    config = REPRODUCTIONS[name].resolve_config(None, True, {})
+    (tmp_path / "experiment.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
+    assert reproduction_config(tmp_path) == config
+
+
+def test_unreadable_checkpoint_is_not_a_run_not_started(
+    reproduction: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = tmp_path / "repro"
+    shutil.copytree(reproduction, copy)
+    _, running = dnc_trials(copy)
+    running_checkpoint(copy, running.name).write_bytes(b"cut short")
+    assert main(["report", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 2 runs kept, 0 checkpointed, 1 unreadable (see `recombine runs`), 0 not started" in out
+    assert row(out, "dnc_ds", 1)[2] == "unreadable"

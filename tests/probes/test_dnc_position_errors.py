@@ -66,8 +66,10 @@ def test_every_run_sums_to_its_bit_error_on_the_probe_sequences(reproduction: Pa
         )
         batch = probe_batch(run.task, 70, 3)
         assert result.bit_error == pytest.approx(evaluate(model, batch).bit_error, abs=1e-9)
-        assert result.bits[0] == 70 * batch.targets.shape[-1]  # every sequence has a first answer step
-        assert len(result.bits) == int(batch.loss_mask.sum(1).max())
+        assert result.sequences[0] == 70  # every sequence has a first answer step
+        answers = batch.loss_mask.sum(1)
+        assert len(result.bits) == int(answers.max())
+        assert result.sequences.tolist() == [int((answers > k).sum()) for k in range(len(result.bits))]
 
 
 def test_cli_table_and_figure(reproduction: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -82,6 +84,7 @@ def test_cli_table_and_figure(reproduction: Path, tmp_path: Path, capsys: pytest
     assert figure.read_bytes()[:4] == b"\x89PNG"
     lines = out.splitlines()
     assert lines[0].split()[:4] == ["run", "bit", "error", "0-1"]
+    assert lines[3].split()[:3] == ["sequences", "8", "8"]  # all 8 reach positions 0-1
     assert any(line.startswith("dnc_ds seed 0 (6 steps)") for line in lines)
     assert any(line.startswith("dnc_ds seed 1 (step 3)") for line in lines)
 
@@ -90,7 +93,9 @@ def test_cli_table_and_figure(reproduction: Path, tmp_path: Path, capsys: pytest
     ("arguments", "message"),
     [
         (["--sequences", "0"], "--sequences must be >= 1"),
-        (["--bin", "0"], "--bin must be >= 1"),
+        (["--sequence-seed", "-1"], "--sequence-seed must be >= 0"),
+        (["--bin", "0"], "--bin and --min-sequences must be >= 1"),
+        (["--min-sequences", "0"], "--bin and --min-sequences must be >= 1"),
         (["--out", "errors.txt"], "--out must end in one of"),
     ],
 )

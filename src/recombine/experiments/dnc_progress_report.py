@@ -16,12 +16,13 @@ variant x seed), from the kept runs and the checkpoints
 
 The task, the threshold (``threshold_fraction`` x the chance loss) and the window (``smooth`` steps;
 :func:`~recombine.experiments.dnc_memory.steps_to_threshold`) are the reproduction's own. Runs of other
-settings in the same directory (a shorter run kept before the reproduction was extended, another task) are
-counted in one line and left out.
+settings kept in the same directory (a shorter run kept before the reproduction was extended, another task)
+are counted in one line and left out; checkpoints of other settings are named on stderr only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -47,9 +48,17 @@ def render_dnc_progress(out_dir: Path, config: DNCComparisonConfig) -> str:
     from recombine.probes.dnc_stored_trace import runs_of_config
 
     expected = runs_of_config(config, StoredTrials(out_dir))  # name -> run, variants x seeds
+    store = StoredTrials(out_dir)
     listed = {trial.name: trial for trial in dnc_trials(out_dir)}
     trials = [listed[name] for name in expected if name in listed and listed[name].status != "unreadable"]
-    unreadable = sum(name in listed and listed[name].status == "unreadable" for name in expected)
+    # a checkpoint that cannot be read is not listed (said on stderr), but it is there
+    unreadable_names = {
+        name
+        for name, run in expected.items()
+        if (name in listed and listed[name].status == "unreadable")
+        or (name not in listed and store.partial_path(run.task, run.model, run.train).is_file())
+    }
+    unreadable = len(unreadable_names)
     others = sum(name not in expected for name in listed)
     threshold = config.threshold_fraction * (chance := chance_loss(config.task()))
     reached = {trial.name: _steps_to_threshold(trial, threshold, config.smooth) for trial in trials}
@@ -74,8 +83,8 @@ def render_dnc_progress(out_dir: Path, config: DNCComparisonConfig) -> str:
     ]
     for name, run in expected.items():
         trial = listed.get(name)
-        if trial is None or trial.status == "unreadable":
-            status = "not started" if trial is None else "unreadable"
+        if trial is None or name in unreadable_names:
+            status = "unreadable" if name in unreadable_names else "not started"
             lines.append(f"| {run.model.variant} | {run.train.seed} | {status} | - | - | - | - | - |")
             continue
         lines.append(
@@ -92,9 +101,12 @@ def render_dnc_progress(out_dir: Path, config: DNCComparisonConfig) -> str:
             f"| {variant} | {len(past)} of {len(config.seeds)} | {', '.join(map(str, past)) or '-'} |"
         )
     if others:
-        which = "1 other run" if others == 1 else f"{others} other runs"
+        which = "1 kept run" if others == 1 else f"{others} kept runs"
         verb = "is" if others == 1 else "are"
-        lines += ["", f"{which} in {out_dir} (other settings) {verb} left out (`recombine runs` lists them)."]
+        lines += [
+            "",
+            f"{which} of other settings in {out_dir} {verb} left out (`recombine runs` lists them).",
+        ]
     if trials:
         lines += ["", f"![training and evaluation loss so far]({PROGRESS_FIGURE})"]
     text = "\n".join([*lines, ""])
@@ -115,7 +127,10 @@ def reproduction_config(out_dir: Path) -> DNCComparisonConfig | None:
     except (OSError, yaml.YAMLError) as error:
         raise UserError(f"{config_file} cannot be read ({first_line(error)})") from error
     configs = dnc_reproduction_configs(values, CONFIG_FILE) if isinstance(values, dict) else []
-    return configs[0] if configs else None
+    # experiment.yaml holds every field of its class, and a class whose fields are a subset of another's
+    # (dnc-key-value's of dnc-repeat-copy's) accepts the other's file: the exact match is the one
+    exact = [config for config in configs if {f.name for f in dataclasses.fields(config)} == set(values)]
+    return (exact or configs or [None])[0]
 
 
 def save_progress_figure(trials: list[DNCTrialProgress], path: Path, threshold: float, smooth: int) -> Path:
