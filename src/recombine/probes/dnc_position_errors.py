@@ -86,9 +86,13 @@ def probe_batch(task: MemoryTaskConfig, sequences: int, seed: int) -> MemoryTask
     return sample_batch(task, sequences, np.random.default_rng([seed, 5]))
 
 
-def position_errors(directory: str | Path, sequences: int = 256, seed: int = 0) -> list[PositionErrors]:
-    """Every stored run of ``directory`` (kept or checkpointed) on :func:`probe_batch`."""
+def position_errors(
+    directory: str | Path, sequences: int = 256, seed: int = 0, progress: bool = False
+) -> list[PositionErrors]:
+    """Every stored run of ``directory`` (kept or checkpointed) on :func:`probe_batch`; ``progress``: a bar
+    over the runs on a terminal."""
     import torch
+    from tqdm import tqdm
 
     from recombine.experiments.dnc_memory import model_inputs
     from recombine.probes.dnc_stored_trace import load_checkpoint_model, load_model, stored_runs
@@ -98,7 +102,8 @@ def position_errors(directory: str | Path, sequences: int = 256, seed: int = 0) 
     if seed < 0:
         raise UserError(f"--sequence-seed must be >= 0; got {seed}")
     results = []
-    for run in stored_runs(directory):
+    runs = stored_runs(directory)
+    for run in tqdm(runs, desc="probing runs", disable=not (progress and sys.stderr.isatty()), leave=False):
         try:
             if run.at_step is not None:  # as the checkpoint stands now
                 model, step = load_checkpoint_model(directory, run)
@@ -193,7 +198,7 @@ def probe_position_errors(
         raise UserError(f"--bin and --min-sequences must be >= 1; got {width} and {min_sequences}")
     if out is not None and Path(out).suffix.lower() not in FIGURE_SUFFIXES:
         raise UserError(f"--out must end in one of {', '.join(FIGURE_SUFFIXES)}; got {out}")
-    results = position_errors(directory, sequences, seed)
+    results = position_errors(directory, sequences, seed, progress=True)
     path = Path(out) if out is not None else Path(directory) / "probes" / "position_errors.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     return results, save_position_error_figure(results, path, width, min_sequences)
