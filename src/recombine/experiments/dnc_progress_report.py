@@ -47,8 +47,8 @@ def render_dnc_progress(out_dir: Path, config: DNCComparisonConfig) -> str:
     directory of the DNC reproduction of ``config`` (:func:`reproduction_config`); the Markdown."""
     from recombine.probes.dnc_stored_trace import runs_of_config
 
-    expected = runs_of_config(config, StoredTrials(out_dir))  # name -> run, variants x seeds
     store = StoredTrials(out_dir)
+    expected = runs_of_config(config, store)  # name -> run, variants x seeds
     listed = {trial.name: trial for trial in dnc_trials(out_dir)}
     trials = [listed[name] for name in expected if name in listed and listed[name].status != "unreadable"]
     # a checkpoint that cannot be read is not listed (said on stderr), but it is there
