@@ -140,7 +140,7 @@ def save_position_error_figure(
     variants = list(dict.fromkeys(r.run.model.variant for r in results))
     seeds = sorted({r.run.train.seed for r in results})
     styles = ["-", "--", ":", "-."]
-    fig, ax = plt.subplots(figsize=(7.0, 4.0))
+    fig, ax = plt.subplots(figsize=(7.0, 4.8))
     labels = _labels(results)
     for result, label in zip(results, labels, strict=True):
         starts, error = result.binned(width)
@@ -153,8 +153,11 @@ def save_position_error_figure(
         f"answer position (k-th scored output step; bins of {width}, reached by >= {min_sequences})"
     )
     ax.set_ylabel("bit error")
-    ax.legend(fontsize=7, ncol=max(1, len(variants)))
-    fig.tight_layout()
+    ax.set_ylim(bottom=0)
+    handles, labels_shown = ax.get_legend_handles_labels()
+    fig.legend(handles, labels_shown, fontsize=7, ncol=len(variants), loc="lower center")  # below the curves
+    legend_rows = -(-len(handles) // len(variants))
+    fig.tight_layout(rect=(0.0, min(0.4, 0.01 + 0.045 * legend_rows), 1.0, 1.0))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
