@@ -222,10 +222,16 @@ def batch_loss(logits: torch.Tensor, batch: MemoryTaskBatch, loss_on: str) -> to
     return (bce * loss_weights(batch, loss_on).to(logits.dtype)).sum() / len(batch)
 
 
+def wrong_answer_bits(logits: torch.Tensor, batch: MemoryTaskBatch) -> np.ndarray:
+    """``[B, T, Y]``: the output bits that are wrong (thresholded at probability 1/2) on the answer steps
+    (``loss_mask``); False elsewhere."""
+    wrong = (logits > 0).cpu().numpy() != (batch.targets > 0.5)
+    return wrong & batch.loss_mask[..., None]
+
+
 def answer_metrics(logits: torch.Tensor, batch: MemoryTaskBatch) -> tuple[float, float]:
     """(bit error rate, sequence accuracy) on the answer steps (``loss_mask``)."""
-    wrong = (logits > 0).cpu().numpy() != (batch.targets > 0.5)  # [B, T, Y]
-    wrong = wrong & batch.loss_mask[..., None]
+    wrong = wrong_answer_bits(logits, batch)  # [B, T, Y]
     n_bits = batch.loss_mask.sum() * batch.targets.shape[-1]
     bit_error = float(wrong.sum() / max(n_bits, 1))
     sequence_accuracy = float((~wrong.any(axis=(1, 2))).mean())

@@ -64,13 +64,19 @@ class PositionErrors:
         return starts, wrong / np.maximum(bits, 1)
 
 
-def answer_position_errors(logits: torch.Tensor, batch: MemoryTaskBatch) -> tuple[np.ndarray, np.ndarray]:
-    """(wrong bits, scored bits) per answer position, for ``logits [B, T, Y]`` of ``batch``: output bits are
-    thresholded at probability 1/2, as the evaluation's bit error (``dnc_memory.answer_metrics``)."""
-    wrong = ((logits > 0).cpu().numpy() != (batch.targets > 0.5)).sum(-1)  # [B, T] wrong bits per step
+def answer_position_errors(
+    logits: torch.Tensor, batch: MemoryTaskBatch, n_positions: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(wrong bits, scored bits) per answer position, for ``logits [B, T, Y]`` of ``batch``, with the
+    evaluation's bit error's thresholding (:func:`~recombine.experiments.dnc_memory.wrong_answer_bits`);
+    ``n_positions`` entries (default: the most answer steps of a sequence of ``batch``)."""
+    from recombine.experiments.dnc_memory import wrong_answer_bits
+
+    wrong = wrong_answer_bits(logits, batch).sum(-1)  # [B, T] wrong bits per step
     scored = batch.loss_mask.astype(bool)
     position = np.cumsum(scored, axis=1) - 1  # [B, T] index among the sequence's scored steps
-    n_positions = int(scored.sum(1).max(initial=0))
+    if n_positions is None:
+        n_positions = int(scored.sum(1).max(initial=0))
     wrong_by_position = np.zeros(n_positions, dtype=np.int64)
     np.add.at(wrong_by_position, position[scored], wrong[scored])
     bits_by_position = np.bincount(position[scored], minlength=n_positions) * batch.targets.shape[-1]
@@ -114,13 +120,15 @@ def position_errors(
             print(f"{error}; left out", file=sys.stderr)
             continue
         batch = probe_batch(run.task, sequences, seed)
-        wrong_total, bits_total = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        n_positions = int(batch.loss_mask.sum(1).max())
+        wrong_total, bits_total = np.zeros(n_positions, dtype=np.int64), np.zeros(n_positions, dtype=np.int64)
         for start in range(0, sequences, CHUNK):
             chunk = _rows(batch, slice(start, start + CHUNK))
             with torch.no_grad():
                 logits, _ = model(model_inputs(chunk.inputs))
-            wrong, bits = answer_position_errors(logits, chunk)
-            wrong_total, bits_total = _added(wrong_total, wrong), _added(bits_total, bits)
+            wrong, bits = answer_position_errors(logits, chunk, n_positions)
+            wrong_total += wrong
+            bits_total += bits
         results.append(PositionErrors(run, wrong_total, bits_total, batch.targets.shape[-1]))
     if not results:
         raise UserError(f"no run of {directory} could be read")
@@ -230,11 +238,3 @@ def _rows(batch: MemoryTaskBatch, rows: slice) -> MemoryTaskBatch:
         loss_mask=batch.loss_mask[rows, :steps],
         lengths=batch.lengths[rows],
     )
-
-
-def _added(total: np.ndarray, part: np.ndarray) -> np.ndarray:
-    """``total + part`` for arrays of different lengths (a chunk of shorter sequences has fewer positions)."""
-    longer = np.zeros(max(len(total), len(part)), dtype=np.int64)
-    longer[: len(total)] += total
-    longer[: len(part)] += part
-    return longer
