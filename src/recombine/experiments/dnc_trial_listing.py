@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from recombine.runs.text_table import aligned_columns
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -183,12 +185,7 @@ def format_dnc_trials(trials: list[DNCTrialProgress]) -> str:
                 trial.name,
             ]
         )
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True))
-        for row in [header, *rows]
-    ]
-    return "\n".join(line.rstrip() for line in lines)
+    return aligned_columns([header, *rows])
 
 
 def _number(value: float | None, form: str) -> str:

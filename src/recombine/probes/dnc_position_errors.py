@@ -28,6 +28,7 @@ import numpy as np
 
 from recombine.errors import UserError
 from recombine.probes.dnc_stored_trace import FIGURE_SUFFIXES, StoredDNCRun
+from recombine.runs.text_table import aligned_columns
 
 if TYPE_CHECKING:
     import torch
@@ -189,11 +190,7 @@ def format_position_errors(results: list[PositionErrors], width: int) -> str:
             "sequences" if len({r.run.task for r in results}) == 1 else f"sequences ({type(task).__name__})"
         )
         rows.append([which, str(reached[0]), *counts])
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    )
+    return aligned_columns([header, *rows])
 
 
 def probe_position_errors(
