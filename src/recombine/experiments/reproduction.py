@@ -21,6 +21,7 @@ from typing import Any
 from recombine.errors import UserError, choices_hint
 from recombine.experiments.executors import Executor, LocalExecutor
 from recombine.experiments.trial import TrialOutcome, TrialSpec, is_done, run_trial, steps_done
+from recombine.runs.directory_lock import exclusive_use
 from recombine.runs.store import RunDir
 
 
@@ -254,41 +255,43 @@ def run_trials(
     run directories, never raised."""
     executor = executor or LocalExecutor(1)
     out = out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    entries = []
-    variants = reproduction.select_variants(labels, quick)
-    for variant, column, seed in reproduction.cells(seeds, variants, reproduction.select_columns(columns)):
-        name = reproduction.run_name(variant, column, seed)
-        entries.append(
-            {
-                "variant": variant.label,
-                "column": column,
-                "seed": seed,
-                "run": f"runs/{name}",
-                "config": reproduction.run_config(variant, column, seed, quick),
-            }
-        )
-    manifest = _merged_manifest(out / "manifest.json", reproduction.name, quick, seeds, entries)
-    manifest["recipe"] = reproduction.to_recipe()
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
-
-    threads = 1 if executor.workers > 1 else 0  # parallel trials: one thread each
-    specs = [TrialSpec(str(out), e["run"], e["config"], threads, device, compile_mode) for e in entries]
-    todo = [spec for spec in specs if not is_done(spec)]
-    for spec in todo:  # an archived run (no checkpoint) cannot be extended, and must not restart
-        finished_at = steps_done(spec.run_path)
-        if finished_at > 0 and not RunDir(spec.run_path).has_checkpoint("last"):
-            raise UserError(
-                f"{spec.run_path} is finished at {finished_at} steps but has no last.pt "
-                f"(an archive?), so it cannot be extended to {spec.steps}; use another --out"
+    with exclusive_use(out):  # one process fills a grid directory at a time
+        entries = []
+        variants = reproduction.select_variants(labels, quick)
+        chosen_columns = reproduction.select_columns(columns)
+        for variant, column, seed in reproduction.cells(seeds, variants, chosen_columns):
+            name = reproduction.run_name(variant, column, seed)
+            entries.append(
+                {
+                    "variant": variant.label,
+                    "column": column,
+                    "seed": seed,
+                    "run": f"runs/{name}",
+                    "config": reproduction.run_config(variant, column, seed, quick),
+                }
             )
-    on_event(f"{len(entries) - len(todo)} of {len(entries)} runs already complete; training {len(todo)}")
-    outcomes = []
-    for outcome in executor.run(todo, run_trial):
-        outcomes.append(outcome)
-        status = "done" if outcome.ok else f"FAILED ({outcome.reason}, see {out / outcome.run / 'train.log'})"
-        on_event(f"[{len(outcomes)}/{len(todo)}] {outcome.run}: {status} in {outcome.wall_time_s:.0f} s")
-    return GridRun(entries, outcomes, len(entries) - len(todo))
+        manifest = _merged_manifest(out / "manifest.json", reproduction.name, quick, seeds, entries)
+        manifest["recipe"] = reproduction.to_recipe()
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+        threads = 1 if executor.workers > 1 else 0  # parallel trials: one thread each
+        specs = [TrialSpec(str(out), e["run"], e["config"], threads, device, compile_mode) for e in entries]
+        todo = [spec for spec in specs if not is_done(spec)]
+        for spec in todo:  # an archived run (no checkpoint) cannot be extended, and must not restart
+            finished_at = steps_done(spec.run_path)
+            if finished_at > 0 and not RunDir(spec.run_path).has_checkpoint("last"):
+                raise UserError(
+                    f"{spec.run_path} is finished at {finished_at} steps but has no last.pt "
+                    f"(an archive?), so it cannot be extended to {spec.steps}; use another --out"
+                )
+        on_event(f"{len(entries) - len(todo)} of {len(entries)} runs already complete; training {len(todo)}")
+        outcomes = []
+        for outcome in executor.run(todo, run_trial):
+            outcomes.append(outcome)
+            log = out / outcome.run / "train.log"
+            status = "done" if outcome.ok else f"FAILED ({outcome.reason}, see {log})"
+            on_event(f"[{len(outcomes)}/{len(todo)}] {outcome.run}: {status} in {outcome.wall_time_s:.0f} s")
+        return GridRun(entries, outcomes, len(entries) - len(todo))
 
 
 def run_grid(

@@ -32,6 +32,7 @@ from omegaconf import OmegaConf
 
 from recombine.config_validation import validate_into
 from recombine.errors import UserError
+from recombine.runs.directory_lock import exclusive_use
 
 #: the resolved config of a scripted reproduction, in its output directory
 CONFIG_FILE = "experiment.yaml"
@@ -102,21 +103,21 @@ def run_scripted(
     ):
         on_event(f"{out} already holds a finished run of this config; delete it to run again")
         return report
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in (report, out / "results.json", out / DONE_FILE):
-        stale.unlink(missing_ok=True)
-    (out / CONFIG_FILE).write_text(config_text)
-    reproduction.run(out, config)
-    if not report.exists():
-        raise RuntimeError(f"reproduction {reproduction.name} wrote no report.md into {out}")
-    results_path = out / "results.json"
-    if results_path.exists():  # name the reproduction for `recombine report --index`
-        results = json.loads(results_path.read_text())
-        if isinstance(results, dict):
-            results.setdefault("reproduction", reproduction.name)
-            results.setdefault("source", reproduction.source)
-            results_path.write_text(json.dumps(results, indent=2, allow_nan=True))
-    (out / DONE_FILE).write_text(time.strftime("%Y-%m-%dT%H:%M:%S") + "\n")
+    with exclusive_use(out):  # one process runs a reproduction directory at a time
+        for stale in (report, out / "results.json", out / DONE_FILE):
+            stale.unlink(missing_ok=True)
+        (out / CONFIG_FILE).write_text(config_text)
+        reproduction.run(out, config)
+        if not report.exists():
+            raise RuntimeError(f"reproduction {reproduction.name} wrote no report.md into {out}")
+        results_path = out / "results.json"
+        if results_path.exists():  # name the reproduction for `recombine report --index`
+            results = json.loads(results_path.read_text())
+            if isinstance(results, dict):
+                results.setdefault("reproduction", reproduction.name)
+                results.setdefault("source", reproduction.source)
+                results_path.write_text(json.dumps(results, indent=2, allow_nan=True))
+        (out / DONE_FILE).write_text(time.strftime("%Y-%m-%dT%H:%M:%S") + "\n")
     return report
 
 

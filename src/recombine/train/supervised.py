@@ -29,6 +29,7 @@ from tqdm import tqdm
 from recombine import models, tasks
 from recombine.errors import UserError
 from recombine.run_config import RunConfig
+from recombine.runs.directory_lock import exclusive_use
 from recombine.runs.store import RunDir
 from recombine.stop_signals import StopRequests
 from recombine.tasks.base import TaskData
@@ -64,7 +65,23 @@ def fit(
     (see :func:`recombine.train.device.resolve_device`), its training steps compiled by ``compile_mode``
     (:mod:`recombine.train.compilation`; like the device, not part of the config).
 
-    ``on_start`` is called once task and model are built and the run directory is written."""
+    ``on_start`` is called once task and model are built and the run directory is written. The run
+    directory is locked while it trains (:mod:`recombine.runs.directory_lock`): a second process
+    training it gets a UserError instead of interleaving its metrics and checkpoints."""
+    with exclusive_use(run_dir):
+        return _fit_holding_lock(config, run_dir, resume, progress, on_start, device, compile_mode)
+
+
+def _fit_holding_lock(
+    config: RunConfig,
+    run_dir: str | Path,
+    resume: bool,
+    progress: bool,
+    on_start: Callable[[], None],
+    device: torch.device,
+    compile_mode: str,
+) -> dict[str, Any]:
+    """:func:`fit`, once the run directory is locked."""
     run = RunDir(run_dir)
     train_cfg = config.train
     if train_cfg.threads:

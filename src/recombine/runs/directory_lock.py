@@ -1,0 +1,49 @@
+"""One writer per directory: a run or a reproduction is trained by at most one process at a time.
+
+Two processes training the same run directory (``recombine train --resume RUN`` while RUN still trains,
+or a second ``recombine reproduce ... --out DIR`` on a directory another one is filling) interleave
+their lines in ``metrics.jsonl`` and overwrite each other's checkpoints; neither run can be trusted
+afterwards. Every writer therefore holds the directory's lock file (``LOCK_FILE``) while it works, and
+a second writer stops at once with one line (exit code 2) instead of waiting.
+
+The lock is an OS file lock (``flock`` through the `filelock` package, which torch already depends on):
+the kernel releases it when its process ends, however it ends, so a run killed with SIGKILL never
+leaves a stale lock behind and resumes as before. The (empty) lock file stays in the directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import filelock
+
+from recombine.errors import UserError
+
+LOCK_FILE = ".recombine.lock"
+
+
+@contextmanager
+def exclusive_use(directory: str | Path) -> Iterator[None]:
+    """Hold ``directory``'s lock (creating the directory) for the ``with`` block; a UserError when
+    another process, or another ``with`` block of this one, holds it. A directory this call created
+    and the block left empty (a config error before anything was written, say) is removed again."""
+    directory = Path(directory)
+    created = not directory.exists()
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(directory / LOCK_FILE, timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise UserError(
+            f"{directory} is in use: another recombine process is writing to it; "
+            "wait for it to end or stop it, then run this again"
+        ) from None
+    try:
+        yield
+    finally:
+        if created and [entry.name for entry in directory.iterdir()] == [LOCK_FILE]:
+            (directory / LOCK_FILE).unlink()  # still held: no other process can be inside
+            directory.rmdir()
+        lock.release()
