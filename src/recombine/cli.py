@@ -177,6 +177,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from recombine import experiments
     from recombine.experiments.reproduction import run_grid
     from recombine.experiments.scripted_reproduction import ScriptedReproduction, run_scripted
+    from recombine.runs.directory_lock import exclusive_use
     from recombine.runs.report import render_reproduction
     from recombine.train.compilation import resolve_compile_mode
     from recombine.train.device import resolve_device
@@ -208,19 +209,20 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     device = args.device or "cpu"
     resolve_device(device)  # before any run starts
     compile_mode = resolve_compile_mode(args.compile or "off")
-    run_grid(
-        reproduction,
-        out,
-        seeds=args.seeds if args.seeds is not None else reproduction.seeds,
-        quick=args.quick,
-        jobs=args.jobs,
-        labels=_comma_list(args.models),
-        on_event=_print_event,
-        columns=_comma_list(args.columns),
-        device=device,
-        compile_mode=compile_mode,
-    )
-    print(render_reproduction(out))
+    with exclusive_use(out):  # the report too is written by this process alone
+        run_grid(
+            reproduction,
+            out,
+            seeds=args.seeds if args.seeds is not None else reproduction.seeds,
+            quick=args.quick,
+            jobs=args.jobs,
+            labels=_comma_list(args.models),
+            on_event=_print_event,
+            columns=_comma_list(args.columns),
+            device=device,
+            compile_mode=compile_mode,
+        )
+        print(render_reproduction(out))
     print(f"report: {out / 'report.md'}, data: {out / 'results.json'}")
     return 0
 
@@ -257,6 +259,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from recombine.experiments.recipe import load_sweep_recipe
     from recombine.experiments.reproduction import run_trials
     from recombine.experiments.scripted_reproduction import ScriptedRecipe
+    from recombine.runs.directory_lock import exclusive_use
     from recombine.runs.report import render_reproduction
     from recombine.train.compilation import resolve_compile_mode
     from recombine.train.device import resolve_device
@@ -280,19 +283,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     seeds = recipe.seeds if args.seeds is None else args.seeds
     _check_seeds(seeds)
     out = _output_dir(args, "sweep-", recipe.name)
-    grid = run_trials(
-        recipe,
-        out,
-        seeds=seeds,
-        quick=args.quick,
-        executor=executor,
-        labels=_comma_list(args.models),
-        on_event=_print_event,
-        columns=_comma_list(args.columns),
-        device=device,
-        compile_mode=compile_mode,
-    )
-    print(render_reproduction(out, html=True))
+    with exclusive_use(out):  # the report too is written by this process alone
+        grid = run_trials(
+            recipe,
+            out,
+            seeds=seeds,
+            quick=args.quick,
+            executor=executor,
+            labels=_comma_list(args.models),
+            on_event=_print_event,
+            columns=_comma_list(args.columns),
+            device=device,
+            compile_mode=compile_mode,
+        )
+        print(render_reproduction(out, html=True))
     print(f"report: {out / 'report.md'}, {out / 'report.html'}, data: {out / 'results.json'}")
     if grid.failed:
         print(
@@ -530,6 +534,20 @@ def cmd_probe_dnc_errors(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe_listops_operators(args: argparse.Namespace) -> int:
+    from recombine.probes.listops_operators import (
+        format_operator_accuracy,
+        operator_accuracy,
+        save_operator_accuracy,
+    )
+
+    result = operator_accuracy(args.run, args.split, args.checkpoint)
+    out = Path(args.out) if args.out else Path(args.run) / "probes" / f"listops-operators-{args.split}.json"
+    print(format_operator_accuracy(result))
+    print(f"written: {save_operator_accuracy(result, out)}")
+    return 0
+
+
 #: what a user can do after Ctrl-C, by command
 INTERRUPT_HINTS = {
     "train": ": resume with `recombine train --resume RUN`",
@@ -617,7 +635,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     probe = commands.add_parser(
         "probe",
-        help="analyses of a trained run (weight masks, attention maps, CTL++ representations, DNC traces)",
+        help="analyses of a trained run (weight masks, attention maps, CTL++ representations, DNC traces, "
+        "ListOps operators)",
     )
     probes = probe.add_subparsers(dest="probe", required=True, parser_class=_Parser)
     masks = probes.add_parser(
@@ -731,6 +750,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", help="figure path, .png/.pdf/.svg (default DIR/probes/position_errors.png)"
     )
     dnc_errors.set_defaults(handler=cmd_probe_dnc_errors)
+    listops_operators = probes.add_parser(
+        "listops-operators",
+        help="accuracy of a ListOps run by the operator at each example's root and dependency depth",
+    )
+    listops_operators.add_argument("run", help="a run directory of task listops")
+    listops_operators.add_argument(
+        "--split", default="valid_iid", help="the split to read (default valid_iid)"
+    )
+    listops_operators.add_argument("--checkpoint", default="best", choices=["best", "last"])
+    listops_operators.add_argument(
+        "--out", help="JSON path (default RUN/probes/listops-operators-SPLIT.json)"
+    )
+    listops_operators.set_defaults(handler=cmd_probe_listops_operators)
 
     export = commands.add_parser(
         "export", help="write a task split in its official file format (SCAN .txt, PCFG SET .src/.tgt)"

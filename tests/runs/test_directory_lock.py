@@ -18,6 +18,7 @@ import yaml
 from conftest import TINY_RUN
 from recombine import run_config
 from recombine.errors import UserError
+from recombine.experiments.trial import TrialSpec, run_trial
 from recombine.runs.directory_lock import LOCK_FILE, exclusive_use
 from recombine.train import fit
 from tiny_dnc import TINY_DNC_REPRODUCTION
@@ -28,13 +29,26 @@ import sys, time
 from recombine.runs.directory_lock import exclusive_use
 with exclusive_use(sys.argv[1]):
     print("held", flush=True)
-    time.sleep(120)
+    time.sleep(3600)  # until the test kills it
+"""
+
+
+TRY = """
+import sys
+from recombine.errors import UserError
+from recombine.experiments.trial import TrialSpec, run_trial
+from recombine.runs.directory_lock import exclusive_use
+try:
+    with exclusive_use(sys.argv[1]):
+        print("acquired")
+except UserError:
+    print("refused")
 """
 
 
 def _recombine(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "recombine", *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "recombine", *args], capture_output=True, text=True, timeout=120
     )
 
 
@@ -132,12 +146,15 @@ def test_the_lock_is_free_again_after_its_holder_is_killed(tmp_path: Path, holde
     assert (directory / "written").read_text() == "mine"
 
 
-def test_within_one_process_the_lock_is_not_reentrant(tmp_path: Path) -> None:
+def test_within_one_process_the_lock_is_reentrant_and_held_until_the_outer_block_ends(
+    tmp_path: Path,
+) -> None:
+    probe = [sys.executable, "-c", TRY, str(tmp_path / "run")]
     with exclusive_use(tmp_path / "run"):
-        with pytest.raises(UserError, match="is in use"), exclusive_use(tmp_path / "run"):
+        with exclusive_use(tmp_path / "run"):  # the same writer: a report rendered under its grid's lock
             pass
-        with exclusive_use(tmp_path / "other"):  # another directory: its own lock
-            pass
+        assert subprocess.run(probe, capture_output=True, text=True).stdout.strip() == "refused"
+    assert subprocess.run(probe, capture_output=True, text=True).stdout.strip() == "acquired"
 
 
 def test_a_directory_the_lock_created_and_nothing_filled_is_removed_again(tmp_path: Path) -> None:
@@ -151,3 +168,12 @@ def test_a_directory_the_lock_created_and_nothing_filled_is_removed_again(tmp_pa
     with exclusive_use(tmp_path / "existing"):
         pass
     assert (tmp_path / "existing").is_dir()  # it was there before: not ours to remove
+
+
+def test_a_grid_trial_leaves_a_run_another_process_trains_untouched(tmp_path: Path, holder) -> None:  # type: ignore[no-untyped-def]
+    run = tmp_path / "grid" / "runs" / "NDR--fwd--seed1"
+    holder(run)
+    spec = TrialSpec(str(tmp_path / "grid"), "runs/NDR--fwd--seed1", run_config.parse_overrides(TINY_RUN))
+    outcome = run_trial(spec)
+    assert not outcome.ok and outcome.reason == f"{run} is in use: {_reason()}"
+    assert sorted(path.name for path in run.iterdir()) == [LOCK_FILE]  # no train.log, trial.pid, failure.json

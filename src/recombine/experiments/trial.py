@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recombine.errors import UserError
+from recombine.runs.directory_lock import exclusive_use
 from recombine.runs.store import RunDir
 from recombine.runs.trial_record import TRAIN_LOG, clear_failure, clear_pid, write_failure, write_pid
 
@@ -127,6 +129,11 @@ def run_trial(spec: TrialSpec) -> TrialOutcome:
     if _stopped.is_set():
         return TrialOutcome(spec.run, False, 0.0, NOT_STARTED)
     run_path = spec.run_path
+    try:  # another process trains this run: leave its records alone (its own process would refuse anyway)
+        with exclusive_use(run_path):
+            pass
+    except UserError as e:
+        return TrialOutcome(spec.run, False, 0.0, str(e))
     run_path.mkdir(parents=True, exist_ok=True)
     clear_failure(run_path)  # this attempt's outcome replaces the last one's
     log_path = run_path / TRAIN_LOG

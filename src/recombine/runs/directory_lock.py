@@ -14,7 +14,7 @@ leaves a stale lock behind and resumes as before. The (empty) lock file stays in
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import filelock
@@ -23,13 +23,25 @@ from recombine.errors import UserError
 
 LOCK_FILE = ".recombine.lock"
 
+#: directories this process holds, with how many ``with`` blocks hold each (the lock is re-entrant within
+#: one process: a reproduction that holds its directory may render its report under the same lock)
+_held: dict[Path, int] = {}
+
 
 @contextmanager
 def exclusive_use(directory: str | Path) -> Iterator[None]:
     """Hold ``directory``'s lock (creating the directory) for the ``with`` block; a UserError when
-    another process, or another ``with`` block of this one, holds it. A directory this call created
+    another process holds it. Within one process the lock is re-entrant. A directory this call created
     and the block left empty (a config error before anything was written, say) is removed again."""
     directory = Path(directory)
+    key = directory.resolve()
+    if key in _held:
+        _held[key] += 1
+        try:
+            yield
+        finally:
+            _held[key] -= 1
+        return
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(directory / LOCK_FILE, timeout=0)
@@ -40,10 +52,15 @@ def exclusive_use(directory: str | Path) -> Iterator[None]:
             f"{directory} is in use: another recombine process is writing to it; "
             "wait for it to end or stop it, then run this again"
         ) from None
+    _held[key] = 1
     try:
         yield
     finally:
-        if created and [entry.name for entry in directory.iterdir()] == [LOCK_FILE]:
-            (directory / LOCK_FILE).unlink()  # still held: no other process can be inside
-            directory.rmdir()
-        lock.release()
+        del _held[key]
+        try:
+            if created and [entry.name for entry in directory.iterdir()] == [LOCK_FILE]:
+                with suppress(OSError):  # another process may be opening the lock file right now
+                    (directory / LOCK_FILE).unlink()  # still held: nobody else is inside
+                    directory.rmdir()
+        finally:
+            lock.release()

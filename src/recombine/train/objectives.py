@@ -100,6 +100,21 @@ class ClassificationObjective:
     @torch.no_grad()
     def evaluate(self, model: nn.Module, prepared: PaddedSplit, batch_size: int) -> dict[str, Any]:
         """Accuracy, mean loss, and accuracy per depth (task-defined difficulty) on a whole split."""
+        correct, total_loss = self._judge(model, prepared, batch_size)
+        return {
+            "accuracy": correct.float().mean().item(),
+            "loss": total_loss / len(prepared),
+            "per_depth": _accuracy_per_group(correct, prepared.depth),
+        }
+
+    @torch.no_grad()
+    def correct_per_example(self, model: nn.Module, prepared: PaddedSplit, batch_size: int) -> torch.Tensor:
+        """Whether the model's prediction (the arg-max class) is right, per example of a split, as in
+        :meth:`evaluate` (a bool tensor in split order, on the CPU)."""
+        return self._judge(model, prepared, batch_size)[0]
+
+    def _judge(self, model: nn.Module, prepared: PaddedSplit, batch_size: int) -> tuple[torch.Tensor, float]:
+        """Per-example correctness and the summed cross-entropy over a whole split, in evaluation mode."""
         was_training = model.training
         model.eval()
         correct = torch.zeros(len(prepared), dtype=torch.bool)
@@ -111,11 +126,7 @@ class ClassificationObjective:
             correct[start : start + len(targets)] = (logits.argmax(-1) == targets).cpu()
             start += len(targets)
         model.train(was_training)
-        return {
-            "accuracy": correct.float().mean().item(),
-            "loss": total_loss / len(prepared),
-            "per_depth": _accuracy_per_group(correct, prepared.depth),
-        }
+        return correct, total_loss
 
 
 def token_cross_entropy(
