@@ -73,6 +73,7 @@ from recombine.experiments.dnc_trial_checkpoint import (
     training_state_from_payload,
     training_state_payload,
 )
+from recombine.experiments.orphan_guard import end_with_parent
 from recombine.experiments.progress import progress_as_lines, training_bar, trial_done
 from recombine.experiments.scripted_reproduction import ScriptedReproduction
 from recombine.models.dnc import DNC
@@ -526,7 +527,7 @@ def _train_runs(
         return
     context = multiprocessing.get_context("spawn")  # no fork of a process with torch's thread pools
     n_workers = min(jobs, len(groups))
-    with ProcessPoolExecutor(n_workers, mp_context=context, initializer=progress_as_lines) as pool:
+    with ProcessPoolExecutor(n_workers, mp_context=context, initializer=_start_worker) as pool:
         futures = {pool.submit(_train_group, task, group): group for group in groups}
         try:
             for future in as_completed(futures):
@@ -535,6 +536,12 @@ def _train_runs(
         except BaseException:  # Ctrl-C or a failed run: the runs still training would hold up the exit
             _stop_workers(pool)
             raise
+
+
+def _start_worker() -> None:
+    """Initializer of a training worker: progress as lines, and no life beyond the parent's."""
+    progress_as_lines()
+    end_with_parent()
 
 
 def _ensembles(runs: list[_RunToTrain], size: int) -> list[list[_RunToTrain]]:

@@ -46,8 +46,7 @@ class OperatorAccuracy:
 
     def accuracy(self) -> np.ndarray:
         """[operators, depths], NaN where a cell has no example."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(self.total > 0, self.correct / np.maximum(self.total, 1), np.nan)
+        return np.where(self.total > 0, self.correct / np.maximum(self.total, 1), np.nan)
 
     def to_dict(self) -> dict[str, object]:
         accuracy = self.accuracy()
