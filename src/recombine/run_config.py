@@ -38,6 +38,9 @@ class TrainConfig:
     threads: int = 0  # 0: PyTorch's default
     sampling: str = "uniform"  # "depth_balanced": uniform over depths (groups), then within the depth
     label_smoothing: float = 0.0  # cross-entropy label smoothing (Szegedy et al., 2016); 0 = off
+    # the first curriculum_steps steps draw only training examples of these groups (train/curriculum.py)
+    curriculum_depths: list[int] = field(default_factory=list)
+    curriculum_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -54,6 +57,13 @@ class TrainConfig:
             raise UserError(f"train.lr must be > 0, got {self.lr}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise UserError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.curriculum_steps < 0:
+            raise UserError(f"train.curriculum_steps must be >= 0, got {self.curriculum_steps}")
+        if bool(self.curriculum_steps) != bool(self.curriculum_depths):
+            raise UserError(
+                "train.curriculum_depths and train.curriculum_steps go together, e.g. "
+                "train.curriculum_depths=[1] train.curriculum_steps=15000"
+            )
 
 
 @dataclass

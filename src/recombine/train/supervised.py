@@ -34,6 +34,7 @@ from recombine.runs.store import RunDir
 from recombine.stop_signals import StopRequests
 from recombine.tasks.base import TaskData
 from recombine.train.compilation import for_training
+from recombine.train.curriculum import curriculum_split
 from recombine.train.device import CPU, describe_device
 from recombine.train.objectives import objective_for
 from recombine.train.schedules import lr_multiplier
@@ -94,6 +95,9 @@ def _fit_holding_lock(
         objective = objective_for(task.spec, train_cfg.label_smoothing, device)
     except UserError as e:
         raise UserError(f"{e} (task {config.task_name!r})") from None
+    early_train = None  # the curriculum's training examples (train/curriculum.py)
+    if train_cfg.curriculum_steps:
+        early_train = objective.prepare(curriculum_split(task.splits["train"], train_cfg.curriculum_depths))
     run.write_config(config.to_dict())
     on_start()
     splits = {name: objective.prepare(split) for name, split in task.splits.items()}
@@ -169,8 +173,9 @@ def _fit_holding_lock(
                         elapsed = time.perf_counter() - session_start
                         run.save_checkpoint("last", checkpoint_state())
                     raise KeyboardInterrupt
+                in_curriculum = early_train is not None and step < train_cfg.curriculum_steps
                 batch = objective.batch(
-                    splits["train"],
+                    early_train if in_curriculum else splits["train"],
                     train_cfg.batch_size,
                     batch_generator,
                     train_cfg.sampling == "depth_balanced",
