@@ -20,7 +20,8 @@ from recombine.experiments.orphan_guard import end_with_parent
 if __name__ == "__main__":
     guarded = sys.argv[1] == "guarded"
     context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(1, mp_context=context, initializer=end_with_parent if guarded else None)
+    guard = {"initializer": end_with_parent, "initargs": (os.getpid(),)} if guarded else {}
+    pool = ProcessPoolExecutor(1, mp_context=context, **guard)
     print(pool.submit(os.getpid).result(), flush=True)
     pool.submit(time.sleep, 600)  # the long task an orphan would go on with
     time.sleep(600)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -35,8 +36,8 @@ with exclusive_use(sys.argv[1]):
 
 TRY = """
 import sys
+import threading
 from recombine.errors import UserError
-from recombine.experiments.trial import TrialSpec, run_trial
 from recombine.runs.directory_lock import exclusive_use
 try:
     with exclusive_use(sys.argv[1]):
@@ -177,3 +178,31 @@ def test_a_grid_trial_leaves_a_run_another_process_trains_untouched(tmp_path: Pa
     outcome = run_trial(spec)
     assert not outcome.ok and outcome.reason == f"{run} is in use: {_reason()}"
     assert sorted(path.name for path in run.iterdir()) == [LOCK_FILE]  # no train.log, trial.pid, failure.json
+
+
+def test_another_thread_is_refused_and_every_spelling_of_a_path_is_one_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    monkeypatch.chdir(tmp_path)
+    errors: list[Exception] = []
+
+    def other_thread() -> None:
+        try:
+            with exclusive_use(tmp_path / "real"):
+                pass
+        except UserError as e:
+            errors.append(e)
+
+    with exclusive_use("real"):
+        with exclusive_use(tmp_path / "link"), exclusive_use(tmp_path / "real"):  # this thread: re-entrant
+            pass
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+    assert len(errors) == 1 and "is in use" in str(errors[0])
+    thread = threading.Thread(target=other_thread)  # released: now the other thread may
+    thread.start()
+    thread.join()
+    assert len(errors) == 1

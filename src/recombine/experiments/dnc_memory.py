@@ -50,6 +50,7 @@ import dataclasses
 import hashlib
 import json
 import multiprocessing
+import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -527,7 +528,9 @@ def _train_runs(
         return
     context = multiprocessing.get_context("spawn")  # no fork of a process with torch's thread pools
     n_workers = min(jobs, len(groups))
-    with ProcessPoolExecutor(n_workers, mp_context=context, initializer=_start_worker) as pool:
+    with ProcessPoolExecutor(
+        n_workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(),)
+    ) as pool:
         futures = {pool.submit(_train_group, task, group): group for group in groups}
         try:
             for future in as_completed(futures):
@@ -538,10 +541,10 @@ def _train_runs(
             raise
 
 
-def _start_worker() -> None:
+def _start_worker(parent: int) -> None:
     """Initializer of a training worker: progress as lines, and no life beyond the parent's."""
     progress_as_lines()
-    end_with_parent()
+    end_with_parent(parent)
 
 
 def _ensembles(runs: list[_RunToTrain], size: int) -> list[list[_RunToTrain]]:

@@ -26,6 +26,8 @@ def _watch(parent: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def end_with_parent() -> None:
-    """End this process (SIGTERM) once its parent process has ended."""
-    threading.Thread(target=_watch, args=(os.getppid(),), name="end-with-parent", daemon=True).start()
+def end_with_parent(parent: int) -> None:
+    """End this process (SIGTERM) once ``parent`` (the pid of the process that started it, taken there:
+    a spawned worker runs its initializer only after seconds of imports, when the parent may be gone
+    already) is no longer its parent."""
+    threading.Thread(target=_watch, args=(parent,), name="end-with-parent", daemon=True).start()

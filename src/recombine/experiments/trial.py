@@ -129,7 +129,9 @@ def run_trial(spec: TrialSpec) -> TrialOutcome:
     if _stopped.is_set():
         return TrialOutcome(spec.run, False, 0.0, NOT_STARTED)
     run_path = spec.run_path
-    try:  # another process trains this run: leave its records alone (its own process would refuse anyway)
+    # another process trains this run: leave its records alone (its own process would refuse anyway); one
+    # taking the run between this probe and our `recombine train` child could still see them touched
+    try:
         with exclusive_use(run_path):
             pass
     except UserError as e:

@@ -13,6 +13,7 @@ leaves a stale lock behind and resumes as before. The (empty) lock file stays in
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -23,24 +24,39 @@ from recombine.errors import UserError
 
 LOCK_FILE = ".recombine.lock"
 
-#: directories this process holds, with how many ``with`` blocks hold each (the lock is re-entrant within
-#: one process: a reproduction that holds its directory may render its report under the same lock)
-_held: dict[Path, int] = {}
+#: directories this process holds: the holding thread and how many of its ``with`` blocks hold each. The lock
+#: is re-entrant within one thread (a reproduction that holds its directory renders its report under the same
+#: lock); another thread of the process is refused like another process.
+_held: dict[Path, tuple[int, int]] = {}
+_held_guard = threading.Lock()
+
+
+def _in_use(directory: Path) -> UserError:
+    return UserError(
+        f"{directory} is in use: another recombine process is writing to it; "
+        "wait for it to end or stop it, then run this again"
+    )
 
 
 @contextmanager
 def exclusive_use(directory: str | Path) -> Iterator[None]:
     """Hold ``directory``'s lock (creating the directory) for the ``with`` block; a UserError when
-    another process holds it. Within one process the lock is re-entrant. A directory this call created
-    and the block left empty (a config error before anything was written, say) is removed again."""
+    another process or thread holds it. Within one thread the lock is re-entrant. A directory this call
+    created and the block left empty (a config error before anything was written, say) is removed again."""
     directory = Path(directory)
-    key = directory.resolve()
-    if key in _held:
-        _held[key] += 1
+    key, me = directory.resolve(), threading.get_ident()
+    with _held_guard:
+        holder = _held.get(key)
+        if holder is not None and holder[0] != me:
+            raise _in_use(directory)
+        if holder is not None:
+            _held[key] = (me, holder[1] + 1)
+    if holder is not None:
         try:
             yield
         finally:
-            _held[key] -= 1
+            with _held_guard:
+                _held[key] = (me, _held[key][1] - 1)
         return
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
@@ -48,18 +64,17 @@ def exclusive_use(directory: str | Path) -> Iterator[None]:
     try:
         lock.acquire()
     except filelock.Timeout:
-        raise UserError(
-            f"{directory} is in use: another recombine process is writing to it; "
-            "wait for it to end or stop it, then run this again"
-        ) from None
-    _held[key] = 1
+        raise _in_use(directory) from None
+    with _held_guard:
+        _held[key] = (me, 1)
     try:
         yield
     finally:
-        del _held[key]
+        with _held_guard:
+            del _held[key]
         try:
-            if created and [entry.name for entry in directory.iterdir()] == [LOCK_FILE]:
-                with suppress(OSError):  # another process may be opening the lock file right now
+            with suppress(OSError):  # another process may be opening the lock file right now
+                if created and [entry.name for entry in directory.iterdir()] == [LOCK_FILE]:
                     (directory / LOCK_FILE).unlink()  # still held: nobody else is inside
                     directory.rmdir()
         finally:

@@ -1,8 +1,8 @@
 """A one-stage curriculum: the first training steps draw only examples of chosen groups (depths).
 
 ``train.curriculum_depths=[1] train.curriculum_steps=15000`` trains the first 15,000 steps on the training
-examples whose task-defined group is 1 (ListOps and arithmetic: the dependency depth, CTL: the number of
-functions, SCAN/PCFG: the output length), then on the whole training split, sampled as
+examples whose task-defined group is 1 (ListOps: the dependency depth, arithmetic: the tree depth, CTL and
+PCFG SET: the number of functions, SCAN: the output length), then on the whole training split, sampled as
 ``train.sampling`` says throughout. The thesis trains without a curriculum; this is a CPU-scale aid.
 
 Why: on ListOps at the CPU scale, sum modulo 10 (``SM``) is learned on depth-1 problems alone (after ~6k
