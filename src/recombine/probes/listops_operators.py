@@ -21,14 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
-from recombine import run_config
 from recombine.errors import UserError, choices_hint
-from recombine.runs.store import RunDir
+from recombine.probes.attention_maps import load_run_model_and_step
 from recombine.runs.text_table import aligned_columns
 from recombine.tasks.base import ClassificationSplit, Vocabulary
 from recombine.tasks.listops import OPEN_TOKENS
 from recombine.train.objectives import ClassificationObjective
-from recombine.train.supervised import build_model, build_task
+
+#: examples per forward pass (the trainer's default ``train.eval_batch_size``)
+BATCH_SIZE = 1024
 
 
 @dataclass
@@ -85,20 +86,15 @@ def operator_accuracy(
 ) -> OperatorAccuracy:
     """Accuracy of ``checkpoint`` of the ListOps run at ``run_path`` on ``split``, by root operator and
     dependency depth."""
-    run = RunDir(run_path)
-    config = run_config.resolve(run.read_config())  # a UserError when run_path is no run directory
-    if config.task_name != "listops":
-        raise UserError(f"{run.path} is a {config.task_name} run; listops-operators reads ListOps runs")
-    state = run.load_checkpoint(checkpoint)
-    task = build_task(config)
+    model, task, step = load_run_model_and_step(run_path, checkpoint)  # a UserError for no run directory
+    if task.name != "listops":
+        raise UserError(f"{run_path} is a {task.name} run; listops-operators reads ListOps runs")
     if split not in task.splits:
         raise UserError(f"the run's task has no split {split!r}; {choices_hint(split, list(task.splits))}")
     data = task.splits[split]
     assert isinstance(data, ClassificationSplit)
-    model = build_model(config, task)
-    model.load_state_dict(state["model"])
     objective = ClassificationObjective()
-    correct = objective.correct_per_example(model, objective.prepare(data), config.train.eval_batch_size)
+    correct = objective.correct_per_example(model, objective.prepare(data), BATCH_SIZE)
     roots = root_operators(data, task.input_vocab)
     operators = [name[1:] for name in OPEN_TOKENS]
     depths = sorted({int(depth) for depth in data.depth})
@@ -108,9 +104,7 @@ def operator_accuracy(
         row, column = operators.index(root), depths.index(int(depth))
         total[row, column] += 1
         hits[row, column] += int(right)
-    return OperatorAccuracy(
-        Path(run_path), checkpoint, int(state["step"]), split, operators, depths, hits, total
-    )
+    return OperatorAccuracy(Path(run_path), checkpoint, step, split, operators, depths, hits, total)
 
 
 def format_operator_accuracy(result: OperatorAccuracy) -> str:
