@@ -41,9 +41,23 @@ TINY_LISTOPS = [
 
 
 @pytest.fixture(scope="module")
-def listops_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def module_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A task cache of this module's own: the shared one must hold no ListOps file but
+    tests/tasks/test_listops.py's (its cache round trip counts them)."""
+    return tmp_path_factory.mktemp("listops-cache")
+
+
+@pytest.fixture(autouse=True)
+def own_cache(module_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RECOMBINE_CACHE", str(module_cache))
+
+
+@pytest.fixture(scope="module")
+def listops_run(tmp_path_factory: pytest.TempPathFactory, module_cache: Path) -> Path:
     run = tmp_path_factory.mktemp("listops") / "run"
-    fit(run_config.resolve(run_config.parse_overrides(TINY_LISTOPS)), run, progress=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RECOMBINE_CACHE", str(module_cache))
+        fit(run_config.resolve(run_config.parse_overrides(TINY_LISTOPS)), run, progress=False)
     return run
 
 
