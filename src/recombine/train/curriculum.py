@@ -5,9 +5,10 @@ examples whose task-defined group is 1 (ListOps: the dependency depth, arithmeti
 PCFG SET: the number of functions, SCAN: the output length), then on the whole training split, sampled as
 ``train.sampling`` says throughout. The thesis trains without a curriculum; this is a CPU-scale aid.
 
-Why: on ListOps at the CPU scale, sum modulo 10 (``SM``) is learned on depth-1 problems alone (after ~6k
-steps for the LSTM, ~15k for the d_model-64 NDR) but not within the 10k-30k steps of the full mixture,
-where an SM over plain digits is about one example in a hundred
+Why: on ListOps at the CPU scale, sum modulo 10 (``SM``) is learned on depth-1 problems alone (after ~5k
+steps for the LSTM, ~14.5k for the d_model-64 NDR) but not within the 10k-30k steps of the full mixture,
+where an SM over plain digits is about one example in a hundred. The full set's depth-1 problems are only
+~5 % SM, though: an 8k-step depth-1 curriculum did not teach the LSTM SM
 (docs/reproductions/ndr-listops.md#sum-modulo-10-alone-2026-11-27). Which split a step draws from depends
 only on the step, so a run stays deterministic and resumes identically across the switch.
 """
