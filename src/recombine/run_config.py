@@ -41,6 +41,9 @@ class TrainConfig:
     # the first curriculum_steps steps draw only training examples of these groups (train/curriculum.py)
     curriculum_depths: list[int] = field(default_factory=list)
     curriculum_steps: int = 0
+    # start the model from another run's weights (train/warm_start.py): its directory, and which checkpoint
+    init_from: str = ""
+    init_checkpoint: str = "last"
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -57,6 +60,9 @@ class TrainConfig:
             raise UserError(f"train.lr must be > 0, got {self.lr}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise UserError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.init_checkpoint not in ("last", "best"):
+            hint = choices_hint(self.init_checkpoint, ("last", "best"))
+            raise UserError(f"unknown train.init_checkpoint {self.init_checkpoint!r}; {hint}")
         if self.curriculum_steps < 0:
             raise UserError(f"train.curriculum_steps must be >= 0, got {self.curriculum_steps}")
         if bool(self.curriculum_steps) != bool(self.curriculum_depths):

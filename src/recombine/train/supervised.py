@@ -38,6 +38,7 @@ from recombine.train.curriculum import curriculum_split
 from recombine.train.device import CPU, describe_device
 from recombine.train.objectives import objective_for
 from recombine.train.schedules import lr_multiplier
+from recombine.train.warm_start import load_initial_weights
 
 
 class TrainingDiverged(RuntimeError):
@@ -90,6 +91,9 @@ def _fit_holding_lock(
     task = build_task(config)
     torch.manual_seed(config.seed)
     model = build_model(config, task)  # raises a UserError when model and task kind do not fit
+    initialised_from = None  # a warm start's source (train/warm_start.py); a resume keeps its record
+    if train_cfg.init_from and not (resume and run.has_checkpoint("last")):
+        initialised_from = load_initial_weights(model, config, task, build_task)
     model.to(device)  # initialised on the CPU first: the same initial weights on every device
     try:
         objective = objective_for(task.spec, train_cfg.label_smoothing, device)
@@ -129,6 +133,7 @@ def _fit_holding_lock(
         )
         window = state["log_window"]
         devices = state.get("devices") or _unrecorded_devices(state)
+        initialised_from = state.get("initialised_from")
         run.truncate_metrics(step)
     elif run.metrics_path.exists():
         run.metrics_path.unlink()  # a fresh start (or a resume before the first checkpoint)
@@ -157,6 +162,7 @@ def _fit_holding_lock(
             "log_window": dict(window),
             "config": config.to_dict(),
             "devices": devices,
+            "initialised_from": initialised_from,
         }
 
     step_model = for_training(model, compile_mode)  # the model itself unless compile_mode is set
@@ -248,6 +254,8 @@ def _fit_holding_lock(
     result["device"] = this_device  # of the session that finished the run
     result["devices"] = devices
     result["compile"] = compile_mode  # of the session that finished the run
+    if initialised_from is not None:
+        result["initialised_from"] = initialised_from
     run.write_result(result)
     return result
 
