@@ -63,6 +63,10 @@ class TrainConfig:
         if self.init_checkpoint not in ("last", "best"):
             hint = choices_hint(self.init_checkpoint, ("last", "best"))
             raise UserError(f"unknown train.init_checkpoint {self.init_checkpoint!r}; {hint}")
+        if self.init_checkpoint != "last" and not self.init_from:
+            raise UserError(
+                "train.init_checkpoint goes with train.init_from=RUN (the run whose weights to start from)"
+            )
         if self.curriculum_steps < 0:
             raise UserError(f"train.curriculum_steps must be >= 0, got {self.curriculum_steps}")
         if bool(self.curriculum_steps) != bool(self.curriculum_depths):

@@ -16,6 +16,7 @@ import torch
 from conftest import TINY_RUN
 from recombine import run_config
 from recombine.cli import main
+from recombine.experiments.trial import config_overrides
 from recombine.train import fit
 
 
@@ -68,6 +69,7 @@ def test_a_warm_run_begins_with_the_source_weights(source: Path, tmp_path: Path)
 
 def test_best_takes_the_selected_checkpoint_and_lists_other_settings(source: Path, tmp_path: Path) -> None:
     best_step = json.loads((source / "result.json").read_text())["best_step"]
+    assert best_step != 60  # else best.pt and last.pt would hold the same weights
     result = _fit(
         tmp_path / "warm",
         *NO_LEARNING,
@@ -103,6 +105,8 @@ def test_a_resumed_warm_run_needs_no_source_and_equals_one_run_in_one_go(
         (["train.init_from=MISSING"], "is not a run directory"),
         (["train.init_from=EMPTY"], "has no last.pt"),
         (["train.init_checkpoint=first"], "unknown train.init_checkpoint 'first'"),
+        (["train.init_checkpoint=best"], "train.init_checkpoint goes with train.init_from=RUN"),
+        (["train.init_from=LAST_ONLY", "train.init_checkpoint=best"], "has no best.pt"),
         (["model=transformer", "train.init_from=SOURCE"], "model 'ndr', this run builds 'transformer'"),
         (["task.n_functions=6", "train.init_from=SOURCE"], "the input vocab of"),
         (["model.d_model=24", "train.init_from=SOURCE"], "do not fit this model: shape"),
@@ -112,10 +116,25 @@ def test_bad_warm_starts_are_one_line_and_leave_no_run(
     source: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], overrides: list[str], message: str
 ) -> None:
     (tmp_path / "empty").mkdir()
-    paths = {"MISSING": tmp_path / "missing", "EMPTY": tmp_path / "empty", "SOURCE": source}
+    (tmp_path / "last-only").mkdir()
+    shutil.copy(source / "last.pt", tmp_path / "last-only")
+    paths = {
+        "MISSING": tmp_path / "missing",
+        "EMPTY": tmp_path / "empty",
+        "LAST_ONLY": tmp_path / "last-only",
+        "SOURCE": source,
+    }
     overrides = [o.split("=")[0] + "=" + str(paths.get(o.split("=")[1], o.split("=")[1])) for o in overrides]
     run = tmp_path / "run"
     assert main(["train", "--no-progress", "--run-dir", str(run), *TINY_RUN, *overrides]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not run.exists()
+
+
+def test_a_full_config_with_no_warm_start_passes_through_train_overrides() -> None:
+    """A sweep trial hands a whole resolved config to ``recombine train`` as overrides; the empty
+    ``init_from`` must come back empty, not as null (which a ``str`` field refuses)."""
+    config = run_config.resolve(run_config.parse_overrides(TINY_RUN))
+    again = run_config.resolve(run_config.parse_overrides(config_overrides(config.to_dict())))
+    assert again == config and again.train.init_from == ""

@@ -61,7 +61,8 @@ def config_overrides(config: dict[str, Any]) -> list[str]:
     overrides = [f"seed={config['seed']}"]
     for section in ("task", "model", "train"):
         for key, value in config[section].items():
-            text = json.dumps(value) if not isinstance(value, str) else value
+            # a string as typed, except the empty one: ``key=`` would parse as null
+            text = json.dumps(value) if not isinstance(value, str) or not value else value
             overrides.append(f"{section}.{key}={text}")
     return overrides
 

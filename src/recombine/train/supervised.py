@@ -16,6 +16,7 @@ at every evaluation and, on Ctrl-C or SIGTERM, after the step in progress
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -94,6 +95,10 @@ def _fit_holding_lock(
     initialised_from = None  # a warm start's source (train/warm_start.py); a resume keeps its record
     if train_cfg.init_from and not (resume and run.has_checkpoint("last")):
         initialised_from = load_initial_weights(model, config, task, build_task)
+        # config.yaml names the source absolutely: a resume before the first checkpoint, from any working
+        # directory, warm-starts from the same run again
+        train_cfg = dataclasses.replace(train_cfg, init_from=initialised_from["run"])
+        config = dataclasses.replace(config, train=train_cfg)
     model.to(device)  # initialised on the CPU first: the same initial weights on every device
     try:
         objective = objective_for(task.spec, train_cfg.label_smoothing, device)
@@ -263,12 +268,21 @@ def _fit_holding_lock(
 #: what ``best.pt`` keeps of a checkpoint: the selected weights and where they came from. Only resuming
 #: needs the optimizer, schedule and RNG states, and it resumes from ``last.pt``; without them ``best.pt``
 #: is a third of the size under AdamW (two moment tensors per weight).
-SELECTED_MODEL_KEYS = ("model", "step", "best_accuracy", "best_step", "elapsed_s", "config", "devices")
+SELECTED_MODEL_KEYS = (
+    "model",
+    "step",
+    "best_accuracy",
+    "best_step",
+    "elapsed_s",
+    "config",
+    "devices",
+    "initialised_from",
+)
 
 
 def selected_model_state(state: dict[str, Any]) -> dict[str, Any]:
     """The part of a training checkpoint that ``best.pt`` stores (:data:`SELECTED_MODEL_KEYS`)."""
-    return {key: state[key] for key in SELECTED_MODEL_KEYS}
+    return {key: state.get(key) for key in SELECTED_MODEL_KEYS}
 
 
 def _unrecorded_devices(state: dict[str, Any]) -> list[dict[str, Any]]:

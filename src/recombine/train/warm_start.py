@@ -45,20 +45,36 @@ def load_initial_weights(
     if not source.has_checkpoint(which):
         raise UserError(f"train.init_from: {source.path} has no {which}.pt (train.init_checkpoint={which})")
     state = source.load_checkpoint(which)
-    source_config = resolve(state["config"])
+    if not isinstance(state.get("config"), dict) or not isinstance(state.get("model"), dict):
+        raise UserError(
+            f"train.init_from: {source.path / (which + '.pt')} is not a recombine train checkpoint"
+        )
+    try:
+        source_config = resolve(state["config"])
+    except UserError as e:
+        raise UserError(f"train.init_from: the config of {source.path} no longer resolves: {e}") from None
     if source_config.model_name != config.model_name:
         raise UserError(
             f"train.init_from: {source.path} trained model {source_config.model_name!r}, "
             f"this run builds {config.model_name!r}"
         )
-    source_task = build_task(source_config)
+    try:
+        source_task = build_task(source_config)
+    except UserError as e:
+        raise UserError(
+            f"train.init_from: cannot build {source.path}'s task to compare vocabularies: {e}"
+        ) from None
     for side in ("input_vocab", "output_vocab"):
-        ours, theirs = getattr(task, side), getattr(source_task, side)
-        if ours.tokens != theirs.tokens:
+        ours, theirs = getattr(task, side).tokens, getattr(source_task, side).tokens
+        if ours != theirs:
+            at = next(
+                (i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b),
+                min(len(ours), len(theirs)),
+            )
             raise UserError(
                 f"train.init_from: the {side.replace('_', ' ')} of {source.path}'s task "
-                f"{source_config.task_name!r} ({len(theirs)} tokens) differs from this run's task "
-                f"{config.task_name!r} ({len(ours)} tokens); its weights would mean other tokens"
+                f"{source_config.task_name!r} differs from this run's task {config.task_name!r} from token "
+                f"id {at} on ({len(theirs)} against {len(ours)} tokens); its weights would mean other tokens"
             )
     _load_matching(model, state["model"], source.path)
     ours_model, theirs_model = config.to_dict()["model"], source_config.to_dict()["model"]
