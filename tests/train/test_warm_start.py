@@ -104,6 +104,11 @@ def test_a_resumed_warm_run_needs_no_source_and_equals_one_run_in_one_go(
     [
         (["train.init_from=MISSING"], "is not a run directory"),
         (["train.init_from=EMPTY"], "has no last.pt"),
+        (
+            ["train.init_from=SOURCE_FILE"],
+            "name the run directory; train.init_checkpoint=best|last picks the file",
+        ),
+        (["train.init_from=FOREIGN"], "is not a recombine train checkpoint"),
         (["train.init_checkpoint=first"], "unknown train.init_checkpoint 'first'"),
         (["train.init_checkpoint=best"], "train.init_checkpoint goes with train.init_from=RUN"),
         (["train.init_from=LAST_ONLY", "train.init_checkpoint=best"], "has no best.pt"),
@@ -118,7 +123,11 @@ def test_bad_warm_starts_are_one_line_and_leave_no_run(
     (tmp_path / "empty").mkdir()
     (tmp_path / "last-only").mkdir()
     shutil.copy(source / "last.pt", tmp_path / "last-only")
+    (tmp_path / "foreign").mkdir()
+    torch.save(torch.zeros(3), tmp_path / "foreign" / "last.pt")  # a .pt file, but not a run's checkpoint
     paths = {
+        "SOURCE_FILE": source / "last.pt",
+        "FOREIGN": tmp_path / "foreign",
         "MISSING": tmp_path / "missing",
         "EMPTY": tmp_path / "empty",
         "LAST_ONLY": tmp_path / "last-only",

@@ -41,11 +41,15 @@ def load_initial_weights(
     source = RunDir(config.train.init_from)
     which = config.train.init_checkpoint
     if not source.path.is_dir():
-        raise UserError(f"train.init_from {config.train.init_from!r} is not a run directory")
+        hint = " (name the run directory; train.init_checkpoint=best|last picks the file)"
+        raise UserError(
+            f"train.init_from {config.train.init_from!r} is not a run directory"
+            + (hint if source.path.suffix == ".pt" else "")
+        )
     if not source.has_checkpoint(which):
         raise UserError(f"train.init_from: {source.path} has no {which}.pt (train.init_checkpoint={which})")
     state = source.load_checkpoint(which)
-    if not isinstance(state.get("config"), dict) or not isinstance(state.get("model"), dict):
+    if not isinstance(state, dict) or not all(isinstance(state.get(k), dict) for k in ("config", "model")):
         raise UserError(
             f"train.init_from: {source.path / (which + '.pt')} is not a recombine train checkpoint"
         )
