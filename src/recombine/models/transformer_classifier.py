@@ -79,6 +79,9 @@ class TransformerClassifierConfig(FeedForwardChoice):
     activation: str = "relu"  # relu (eq. 5.5) | gelu (eq. E.1, modified NDR)
     data_residual: bool = False  # eq. E.2: u = LN(FFN_data(a) + a) (modified NDR; gated models only)
     ffn_dropout: bool = True  # dropout on the feed-forward output (E.1.1: none in the modified NDR)
+    # dropout on the hidden units of the data and gate FFNs (the authors' released NDR layer; with
+    # ffn_dropout=false that layer's placement)
+    hidden_dropout: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -90,6 +93,10 @@ class TransformerClassifierConfig(FeedForwardChoice):
             raise UserError(f"model.activation applies to the dense feed-forward block, not ffn={self.ffn}")
         if self.data_residual and not self.copy_gate:
             raise UserError("model.data_residual (thesis eq. E.2) needs model.copy_gate=true")
+        if self.hidden_dropout and self.ffn != "dense":
+            raise UserError(
+                f"model.hidden_dropout applies to the dense feed-forward block, not ffn={self.ffn}"
+            )
         check_act_variant(self.act)
         if not 0.0 < self.act_epsilon < 1.0:
             raise UserError(f"model.act_epsilon must be in (0, 1), got {self.act_epsilon}")
@@ -136,6 +143,7 @@ class TransformerClassifier(nn.Module):
                 activation=config.activation,
                 data_residual=config.data_residual,
                 ffn_dropout=config.ffn_dropout,
+                hidden_dropout=config.hidden_dropout,
             )
 
         n_modules = 1 if config.shared_layers else config.n_layers

@@ -17,3 +17,15 @@ def build_activation(name: str) -> nn.Module:
     if name == "gelu":
         return nn.GELU()
     raise ValueError(f"unknown activation {name!r}; valid choices: {', '.join(ACTIVATIONS)}")
+
+
+def activation_with_dropout(name: str, hidden_dropout: float) -> nn.Module:
+    """The activation, followed by dropout on the hidden units when ``hidden_dropout > 0``.
+
+    Both are parameter-free, so a feed-forward block ``Sequential(Linear, this, Linear)`` keeps the
+    same state-dict keys with and without hidden dropout (checkpoints and warm starts carry over).
+    """
+    activation = build_activation(name)
+    if hidden_dropout <= 0.0:
+        return activation
+    return nn.Sequential(activation, nn.Dropout(hidden_dropout))

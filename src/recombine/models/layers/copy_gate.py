@@ -10,6 +10,9 @@ waiting one more step.
 
 ``activation="gelu"`` is the modified NDR of thesis E.1.1, whose eq. E.1 replaces eq. 5.5 for every
 feed-forward block, the gate's included.
+
+``hidden_dropout`` drops the hidden activations of the gate's FFN (between its two linear maps), as the
+authors' released NDR layer does with the layer's dropout rate; 0 (the default) drops nothing there.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from recombine.models.layers.activations import build_activation
+from recombine.models.layers.activations import activation_with_dropout
 
 GATE_BIAS_INIT = -3.0
 
@@ -29,12 +32,15 @@ class CopyGate(nn.Module):
         bias_init: float = GATE_BIAS_INIT,
         gate_dropout: float = 0.0,
         activation: str = "relu",
+        hidden_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         self.gate_dropout = gate_dropout
         # eq. 5.5 (eq. E.1 with GELU) with W_1^gate, W_2^gate in R^{d x d}
         self.ffn = nn.Sequential(
-            nn.Linear(d_model, d_model), build_activation(activation), nn.Linear(d_model, d_model)
+            nn.Linear(d_model, d_model),
+            activation_with_dropout(activation, hidden_dropout),
+            nn.Linear(d_model, d_model),
         )
         nn.init.constant_(self.ffn[-1].bias, bias_init)
 

@@ -16,6 +16,10 @@ The modified NDR of thesis E.1.1 is three switches: ``activation="gelu"`` (eq. E
 FFNs), ``data_residual=True`` (eq. E.2 replaces eq. 5.2: ``u = LN(FFN_data(a) + a)``) and
 ``ffn_dropout=False`` ("We do not use any dropout in Eq. E.1": the FFN output is not dropped).
 
+``hidden_dropout=True`` also drops the hidden activations of the dense data FFN and of the copy gate's
+FFN (between their two linear maps) at the layer's dropout rate, as the authors' released NDR layer does;
+with ``ffn_dropout=False`` it is that layer's placement (the FFN output is not dropped).
+
 ``fast_dropout=True`` draws the dropout masks of the layer's own dropout (after attention and FFN) with
 :class:`~recombine.models.layers.fast_dropout.FastDropout`: the same distribution, faster on CPU, a
 different random stream (the seq2seq Transformer uses it; the classifiers keep ``nn.Dropout``).
@@ -28,7 +32,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from recombine.models.layers.activations import build_activation
+from recombine.models.layers.activations import activation_with_dropout
 from recombine.models.layers.copy_gate import CopyGate
 from recombine.models.layers.fast_dropout import FastDropout
 from recombine.models.layers.geometric_attention import GeometricSelfAttention
@@ -68,10 +72,14 @@ class EncoderLayer(nn.Module):
         data_residual: bool = False,
         ffn_dropout: bool = True,
         fast_dropout: bool = False,
+        hidden_dropout: bool = False,
     ) -> None:
         super().__init__()
         if data_residual and not copy_gate:
             raise ValueError("data_residual (thesis eq. E.2) is a change to the gated layer; set copy_gate")
+        if hidden_dropout and ffn is not None:
+            raise ValueError("hidden_dropout applies to the dense feed-forward block, not to a custom ffn")
+        hidden_rate = dropout if hidden_dropout else 0.0
         self.attention = build_attention(attention, d_model, n_heads, attention_dropout)
         self.attention_norm = nn.LayerNorm(d_model)
         self.ffn_takes_mask = ffn is not None
@@ -79,7 +87,9 @@ class EncoderLayer(nn.Module):
             ffn
             if ffn is not None
             else nn.Sequential(
-                nn.Linear(d_model, d_ff), build_activation(activation), nn.Linear(d_ff, d_model)
+                nn.Linear(d_model, d_ff),
+                activation_with_dropout(activation, hidden_rate),
+                nn.Linear(d_ff, d_model),
             )
         )
         dropout_kind = FastDropout if fast_dropout else nn.Dropout
@@ -87,7 +97,9 @@ class EncoderLayer(nn.Module):
         self.ffn_dropout = dropout_kind(dropout) if ffn_dropout else nn.Identity()
         self.data_residual = data_residual
         self.copy_gate = (
-            CopyGate(d_model, gate_dropout=gate_dropout, activation=activation) if copy_gate else None
+            CopyGate(d_model, gate_dropout=gate_dropout, activation=activation, hidden_dropout=hidden_rate)
+            if copy_gate
+            else None
         )
         # thesis D.3.3: gated models without geometric attention use tanh instead of LN in eq. 5.2
         self.update_norm: nn.Module = (
