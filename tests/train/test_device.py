@@ -25,7 +25,7 @@ from recombine.experiments.reproduction import run_trials
 from recombine.experiments.trial import TrialSpec, train_command
 from recombine.runs.store import RunDir
 from recombine.train.batching import Seq2SeqBatch
-from recombine.train.device import resolve_device, to_device
+from recombine.train.device import cuda_matmul_precision, resolve_device, to_device
 from recombine.train.objectives import objective_for
 from tiny_grid import tiny_recipe
 
@@ -118,6 +118,26 @@ def test_a_run_records_where_it_trained(tmp_path: Path) -> None:
     assert result["device"] == "cpu" and result["devices"] == [{"from_step": 0, "device": "cpu"}]
     assert main(["train", "--no-progress", "--resume", str(run), "train.steps=40"]) == 0  # nothing to train
     assert json.loads((run / "result.json").read_text())["devices"] == [{"from_step": 0, "device": "cpu"}]
+
+
+def test_cuda_matmul_precision_follows_pytorch_and_the_override_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    matmul = torch.backends.cuda.matmul  # a module object whose flags monkeypatch cannot undo
+    allowed = matmul.allow_tf32
+    monkeypatch.delenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", raising=False)
+    try:
+        matmul.allow_tf32 = False
+        assert cuda_matmul_precision() == "float32"
+        monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "0")
+        assert cuda_matmul_precision() == "float32"
+        monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")
+        assert cuda_matmul_precision() == "tf32"
+        monkeypatch.delenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE")
+        matmul.allow_tf32 = True
+        assert cuda_matmul_precision() == "tf32"
+    finally:
+        matmul.allow_tf32 = allowed
 
 
 def test_a_checkpoint_from_before_device_records_says_so(tmp_path: Path) -> None:
@@ -217,11 +237,12 @@ def test_a_gpu_run_resumes_and_is_read_on_the_cpu(tmp_path: Path) -> None:
     assert main(["train", "--no-progress", "--device", "cuda", "--run-dir", str(run), *TINY_RUN]) == 0
     result = json.loads((run / "result.json").read_text())
     assert result["device"].startswith("cuda:0 (") and result["steps"] == 60
+    assert result["cuda_matmul"] == cuda_matmul_precision()
     assert "cuda_rng" in RunDir(run).load_checkpoint("last")
     # continued on the CPU from the GPU's checkpoint
     assert main(["train", "--no-progress", "--resume", str(run), "train.steps=80"]) == 0
     result = json.loads((run / "result.json").read_text())
-    assert result["device"] == "cpu" and result["steps"] == 80
+    assert result["device"] == "cpu" and result["steps"] == 80 and "cuda_matmul" not in result
     gpu = result["devices"][0]["device"]
     assert result["devices"] == [{"from_step": 0, "device": gpu}, {"from_step": 60, "device": "cpu"}]
     # and inspected on the CPU

@@ -10,6 +10,7 @@ passes), unlike CPU runs.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from typing import Any, TypeVar
@@ -45,6 +46,19 @@ def describe_device(device: torch.device) -> str:
         return str(device)
     index = device.index if device.index is not None else torch.cuda.current_device()
     return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+
+
+#: set to 1, PyTorch runs float32 matrix products on CUDA in TF32 whatever the program asked for
+TF32_OVERRIDE_VARIABLE = "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE"
+
+
+def cuda_matmul_precision() -> str:
+    """How this process runs float32 matrix products on CUDA, for a GPU run's result: ``"tf32"`` (tensor
+    cores, inputs rounded to a 10-bit mantissa, float32 sums) when PyTorch is told to allow it or the
+    ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` environment variable forces it (docs/gpu.md), else
+    ``"float32"``."""
+    forced = os.environ.get(TF32_OVERRIDE_VARIABLE, "") == "1"
+    return "tf32" if forced or torch.backends.cuda.matmul.allow_tf32 else "float32"
 
 
 def to_device(batch: T, device: torch.device) -> T:

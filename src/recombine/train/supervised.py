@@ -36,7 +36,7 @@ from recombine.stop_signals import StopRequests
 from recombine.tasks.base import TaskData
 from recombine.train.compilation import for_training
 from recombine.train.curriculum import curriculum_split
-from recombine.train.device import CPU, describe_device
+from recombine.train.device import CPU, cuda_matmul_precision, describe_device
 from recombine.train.objectives import objective_for
 from recombine.train.schedules import lr_multiplier
 from recombine.train.warm_start import load_initial_weights
@@ -259,6 +259,8 @@ def _fit_holding_lock(
     result["device"] = this_device  # of the session that finished the run
     result["devices"] = devices
     result["compile"] = compile_mode  # of the session that finished the run
+    if device.type == "cuda":
+        result["cuda_matmul"] = cuda_matmul_precision()  # of the session that finished the run
     if initialised_from is not None:
         result["initialised_from"] = initialised_from
     run.write_result(result)
