@@ -124,20 +124,23 @@ def test_cuda_matmul_precision_follows_pytorch_and_the_override_variable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     matmul = torch.backends.cuda.matmul  # a module object whose flags monkeypatch cannot undo
-    allowed = matmul.allow_tf32
+    before = matmul.fp32_precision
     monkeypatch.delenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", raising=False)
     try:
-        matmul.allow_tf32 = False
+        matmul.fp32_precision = "ieee"
         assert cuda_matmul_precision() == "float32"
         monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "0")
         assert cuda_matmul_precision() == "float32"
         monkeypatch.setenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "1")
         assert cuda_matmul_precision() == "tf32"
         monkeypatch.delenv("TORCH_ALLOW_TF32_CUBLAS_OVERRIDE")
-        matmul.allow_tf32 = True
+        matmul.fp32_precision = "tf32"  # the new API: reading the legacy allow_tf32 would now raise
+        assert cuda_matmul_precision() == "tf32"
+        matmul.fp32_precision = "none"
+        matmul.allow_tf32 = True  # the legacy API
         assert cuda_matmul_precision() == "tf32"
     finally:
-        matmul.allow_tf32 = allowed
+        matmul.fp32_precision = before
 
 
 def test_a_checkpoint_from_before_device_records_says_so(tmp_path: Path) -> None:

@@ -57,8 +57,14 @@ def cuda_matmul_precision() -> str:
     cores, inputs rounded to a 10-bit mantissa, float32 sums) when PyTorch is told to allow it or the
     ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` environment variable forces it (docs/gpu.md), else
     ``"float32"``."""
-    forced = os.environ.get(TF32_OVERRIDE_VARIABLE, "") == "1"
-    return "tf32" if forced or torch.backends.cuda.matmul.allow_tf32 else "float32"
+    if os.environ.get(TF32_OVERRIDE_VARIABLE, "") == "1":
+        return "tf32"
+    matmul = torch.backends.cuda.matmul
+    # PyTorch >= 2.9: ``fp32_precision`` ("none" / "ieee" / "tf32") reflects both APIs, while reading the
+    # legacy ``allow_tf32`` raises once the new API has set the flag; older versions only have the latter
+    precision = getattr(matmul, "fp32_precision", None)
+    tf32 = precision == "tf32" if precision is not None else matmul.allow_tf32
+    return "tf32" if tf32 else "float32"
 
 
 def to_device(batch: T, device: torch.device) -> T:

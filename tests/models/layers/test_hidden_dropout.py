@@ -15,30 +15,41 @@ from recombine.tasks.base import TaskSpec
 P = 0.5
 
 
-def ndr_layer(hidden_dropout: bool, ffn_dropout: bool = False) -> EncoderLayer:
+def ndr_layer(hidden_dropout: bool, ffn_dropout: bool = False, activation: str = "relu") -> EncoderLayer:
     torch.manual_seed(0)
     return EncoderLayer(
-        16, 1, 32, P, "geometric", True, hidden_dropout=hidden_dropout, ffn_dropout=ffn_dropout
+        16,
+        1,
+        32,
+        P,
+        "geometric",
+        True,
+        hidden_dropout=hidden_dropout,
+        ffn_dropout=ffn_dropout,
+        activation=activation,
     )
 
 
-def test_data_and_gate_ffn_drop_their_hidden_units_as_written_out() -> None:
-    layer = ndr_layer(hidden_dropout=True).train()
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_data_and_gate_ffn_drop_their_hidden_units_as_written_out(activation: str) -> None:
+    """``W_2 drop(act(W_1 a + b_1)) + b_2`` for both FFNs: the dropout after the activation."""
+    act = torch.relu if activation == "relu" else F.gelu
+    layer = ndr_layer(hidden_dropout=True, activation=activation).train()
     a = torch.randn(32, 7, 16)
     w1, w2 = layer.ffn[0], layer.ffn[2]
     torch.manual_seed(1)
     out = layer.ffn(a)
     torch.manual_seed(1)
-    hidden = F.dropout(torch.relu(a @ w1.weight.T + w1.bias), P, training=True)
+    hidden = F.dropout(act(a @ w1.weight.T + w1.bias), P, training=True)
     torch.testing.assert_close(out, hidden @ w2.weight.T + w2.bias)
     g1, g2 = layer.copy_gate.ffn[0], layer.copy_gate.ffn[2]
     torch.manual_seed(2)
     gate = layer.copy_gate.gate(a)
     torch.manual_seed(2)
-    hidden = F.dropout(torch.relu(a @ g1.weight.T + g1.bias), P, training=True)
+    hidden = F.dropout(act(a @ g1.weight.T + g1.bias), P, training=True)
     torch.testing.assert_close(gate, torch.sigmoid(hidden @ g2.weight.T + g2.bias))
-    positive = torch.relu(a @ g1.weight.T + g1.bias) > 0
-    assert (hidden[positive] == 0).float().mean().item() == pytest.approx(P, abs=0.05)
+    nonzero = act(a @ g1.weight.T + g1.bias) != 0
+    assert (hidden[nonzero] == 0).float().mean().item() == pytest.approx(P, abs=0.05)
 
 
 def test_only_hidden_units_are_dropped_so_a_zero_second_map_leaves_its_bias() -> None:
@@ -65,10 +76,14 @@ def test_same_parameters_and_the_same_function_in_evaluation() -> None:
     lengths = torch.tensor([6, 5, 3, 1])
     hidden.eval(), plain.eval()
     torch.testing.assert_close(hidden(x, lengths), plain(x, lengths), rtol=0, atol=0)
-    hidden.train()
+    hidden.train(), plain.train()  # the same seed draws the same masks but for the hidden units
     torch.manual_seed(0)
-    first = hidden(x, lengths)
-    assert not torch.equal(first, hidden(x, lengths))
+    with_hidden = hidden(x, lengths)
+    torch.manual_seed(0)
+    without = plain(x, lengths)
+    torch.manual_seed(0)
+    assert torch.equal(plain(x, lengths), without)
+    assert not torch.equal(with_hidden, without)
 
 
 def test_hidden_dropout_needs_the_dense_block() -> None:

@@ -22,7 +22,8 @@ with ``ffn_dropout=False`` it is that layer's placement (the FFN output is not d
 
 ``fast_dropout=True`` draws the dropout masks of the layer's own dropout (after attention and FFN) with
 :class:`~recombine.models.layers.fast_dropout.FastDropout`: the same distribution, faster on CPU, a
-different random stream (the seq2seq Transformer uses it; the classifiers keep ``nn.Dropout``).
+different random stream (the seq2seq Transformer uses it; the classifiers keep ``nn.Dropout``). The hidden
+dropout of ``hidden_dropout=True`` is always ``nn.Dropout``.
 """
 
 from __future__ import annotations
