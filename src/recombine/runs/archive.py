@@ -33,7 +33,7 @@ def record_files(run: Path) -> list[Path]:
     and a failed run's log, which its report line points to."""
     store = RunDir(run)
     records = [store.config_path, store.metrics_path, store.result_path, run / FAILURE_FILE]
-    return records + [run / TRAIN_LOG] if run_status(run) == "failed" else records
+    return records + [run / TRAIN_LOG] if run_status(run) in ("failed", "interrupted") else records
 
 
 def archive_grid(source: Path, dest: Path) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from recombine.experiments.reproduction import Reproduction
+from recombine.runs.unfinished import with_unfinished_counts
 
 MISSING = "–"
 
@@ -67,9 +68,7 @@ def matrix_tables(
         cells = results["table"][label]
 
         def summary(column: str, key: str, cells: dict[str, Any] = cells) -> str:
-            entry = cells[column]
-            text = fmt(entry.get(key))
-            return f"{text}, {len(entry['failed_runs'])} failed" if entry["failed_runs"] else text
+            return with_unfinished_counts(fmt(cells[column].get(key)), cells[column])
 
         table(f"{label}: {reproduction.report_split}", lambda c, s=summary: s(c, "ood"))
         table(f"{label}: {reproduction.iid_split}", lambda c, s=summary: s(c, "iid"))

@@ -57,6 +57,7 @@ def render_html(
     after_table: list[str] | None = None,
     after_table_markdown: str = "",
     base: Path | None = None,
+    interrupted: dict[str, str] | None = None,
 ) -> str:
     """The page's HTML text (each figure, a PNG with its caption, is read and embedded).
     ``after_table_markdown`` (further tables, e.g. accuracy by depth) is converted below the table."""
@@ -78,6 +79,10 @@ def render_html(
         parts.append(f"<h2>Failed runs ({len(failed)})</h2><ul>")
         parts += [f"<li><code>{escape(run)}</code>: {escape(reason)}</li>" for run, reason in failed.items()]
         parts.append("</ul><p>See <code>RUN/failure.json</code> and <code>RUN/train.log</code>.</p>")
+    if interrupted:
+        parts.append(f"<h2>Interrupted runs ({len(interrupted)})</h2><ul>")
+        parts += [f"<li><code>{escape(run)}</code>: {escape(text)}</li>" for run, text in interrupted.items()]
+        parts.append("</ul><p>The same command continues them.</p>")
     if unfinished:
         parts.append(f"<h2>Missing or unfinished runs ({len(unfinished)})</h2><ul>")
         parts += [f"<li><code>{escape(run)}</code></li>" for run in unfinished]

@@ -3,7 +3,8 @@
 The table (mean ± std over seeds, success rate, paper numbers) is built once and rendered as
 Markdown (``report.md``) and, on request, as a static offline HTML page (``report.html``, see
 :mod:`recombine.runs.html_report`). Failed trials (``RUN/failure.json``) are listed and their cells
-say so.
+say so; interrupted ones (stopped, resumable: :func:`recombine.runs.trial_record.is_interrupted`) are listed
+apart, each with how far it got and its best evaluation so far.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from recombine.runs.heatmap import heatmap_figure, matrix_tables
 from recombine.runs.html_report import render_html, render_markdown_page, render_markdown_report
 from recombine.runs.row_axis import row_axis_figure
 from recombine.runs.store import RunDir
-from recombine.runs.trial_record import read_failure
+from recombine.runs.trial_record import is_interrupted, read_failure
+from recombine.runs.unfinished import describe_progress, progress_so_far, with_unfinished_counts
 
 
 def manifest_reproduction(manifest: dict[str, Any]) -> Reproduction:
@@ -62,9 +64,10 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         if entry["variant"] not in labels or entry["column"] not in reproduction.columns
     ]
     rows: dict[str, dict[str, Any]] = {}
-    missing, failed = [], {}
+    missing, failed, interrupted = [], {}, {}
     trained_on: set[str] = set()
     failed_cells: dict[tuple[str, str], list[str]] = {}
+    interrupted_cells: dict[tuple[str, str], list[str]] = {}
     for entry in manifest["runs"]:
         if entry["run"] in outside:
             continue
@@ -72,7 +75,10 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         if result is None or result.get("status") != "completed":
             missing.append(entry["run"])
             failure = read_failure(out / entry["run"])
-            if failure is not None or result is not None:
+            if is_interrupted(failure):
+                interrupted[entry["run"]] = progress_so_far(out / entry["run"], reproduction.report_split)
+                interrupted_cells.setdefault((entry["variant"], entry["column"]), []).append(entry["run"])
+            elif failure is not None or result is not None:
                 reason = failure["reason"] if failure else f"status {result['status']!r}"  # type: ignore[index]
                 failed[entry["run"]] = reason
                 failed_cells.setdefault((entry["variant"], entry["column"]), []).append(entry["run"])
@@ -98,6 +104,7 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             entry: dict[str, Any] = {
                 "paper": None if paper is None else paper.to_dict(),
                 "failed_runs": failed_cells.get((variant.label, column), []),
+                "interrupted_runs": interrupted_cells.get((variant.label, column), []),
             }
             if cell:
                 entry.update(
@@ -120,6 +127,7 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         "table": table,
         "missing_runs": missing,
         "failed_runs": failed,
+        "interrupted_runs": interrupted,
         "runs_outside_recipe": outside,
         "trained_on": sorted(trained_on),
         "environment": {
@@ -150,10 +158,7 @@ def _table(
         for column in columns:
             cell = results["table"][variant.label][column]
             text = _fmt(cell.get("ood")) if (variant.label, column) in in_grid else "not run"
-            if cell["failed_runs"]:
-                n_failed = len(cell["failed_runs"])
-                text = f"failed ({n_failed})" if text == "–" else f"{text}, {n_failed} failed"
-            row.append(text)
+            row.append(with_unfinished_counts(text, cell))
             row.append(_paper(cell["paper"]))
             times += cell.get("wall_time_s", [])
         for column in columns:
@@ -197,10 +202,14 @@ def render_reproduction(out: Path, html: bool = False) -> str:
         if heatmaps is not None:
             lines += ["", f"![{reproduction.report_split} accuracy, mean over seeds]({heatmaps.name})"]
     failed = results["failed_runs"]
-    unfinished = [run for run in results["missing_runs"] if run not in failed]
+    stopped = {run: describe_progress(progress) for run, progress in results["interrupted_runs"].items()}
+    unfinished = [run for run in results["missing_runs"] if run not in failed and run not in stopped]
     if failed:
         lines += ["", f"Failed runs ({len(failed)}; see RUN/failure.json and RUN/train.log):", ""]
         lines += [f"- {run}: {reason}" for run, reason in failed.items()]
+    if stopped:
+        lines += ["", f"Interrupted runs ({len(stopped)}; the same command continues them):", ""]
+        lines += [f"- {run}: {text}" for run, text in stopped.items()]
     if unfinished:
         lines += ["", f"Missing or unfinished runs ({len(unfinished)}): " + ", ".join(unfinished)]
     outside = _outside_recipe_note(results["runs_outside_recipe"])
@@ -252,6 +261,7 @@ def render_reproduction(out: Path, html: bool = False) -> str:
             header=header,
             rows=rows,
             failed=failed,
+            interrupted=stopped,
             unfinished=unfinished,
             figures=figures,
             footer=footer,

@@ -14,7 +14,9 @@ Status of a run directory (``recombine runs --status``):
 
 - ``finished``: ``result.json`` says ``completed``;
 - ``failed``: ``failure.json`` exists, or ``result.json`` gives another status (``diverged``);
-- ``interrupted``: ``trial.pid`` names a process that no longer exists (the sweep was killed);
+- ``interrupted``: ``failure.json`` says the trial was stopped (Ctrl-C, ``kill``, a sweep stopped or timed
+  out: exit code 130 or SIGINT / SIGTERM; :func:`is_interrupted`), or ``trial.pid`` names a process that no
+  longer exists (the sweep was killed); either way the same command resumes it;
 - ``running``: otherwise (for a run trained outside a sweep: running, or interrupted without a trace).
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,9 @@ from recombine.runs.store import RunDir
 
 STATUSES = ("finished", "failed", "running", "interrupted")
 FAILURE_FILE = "failure.json"
+#: exit codes of a trial that was stopped rather than broken: ``recombine train``'s own answer to Ctrl-C
+#: and ``kill`` (130), or the process ended by SIGINT / SIGTERM before it could answer
+INTERRUPTED_EXIT_CODES = (130, -signal.SIGINT, -signal.SIGTERM)
 PID_FILE = "trial.pid"
 TRAIN_LOG = "train.log"
 
@@ -46,6 +52,11 @@ def read_failure(run_path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except json.JSONDecodeError:
         return {"reason": "failure.json is corrupt"}
+
+
+def is_interrupted(failure: dict[str, Any] | None) -> bool:
+    """Whether a ``failure.json`` record is a stop (resumable as it is), not a failure."""
+    return failure is not None and failure.get("exit_code") in INTERRUPTED_EXIT_CODES
 
 
 def clear_failure(run_path: Path) -> None:
@@ -75,7 +86,9 @@ def run_status(run_path: Path) -> str:
     result = RunDir(run_path).read_result()
     if result is not None and result.get("status") == "completed":
         return "finished"
-    if (run_path / FAILURE_FILE).is_file() or result is not None:
+    if (run_path / FAILURE_FILE).is_file():
+        return "interrupted" if is_interrupted(read_failure(run_path)) else "failed"
+    if result is not None:
         return "failed"
     pid_file = run_path / PID_FILE
     if pid_file.is_file():
