@@ -299,8 +299,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(render_reproduction(out, html=True))
     print(f"report: {out / 'report.md'}, {out / 'report.html'}, data: {out / 'results.json'}")
     if grid.failed:
+        broken, stopped = len(grid.failed) - len(grid.interrupted), len(grid.interrupted)
+        counts = [f"{broken} failed"] * bool(broken) + [f"{stopped} interrupted"] * bool(stopped)
         print(
-            f"{len(grid.failed)} of {len(grid.outcomes)} trials failed; re-run to retry them", file=sys.stderr
+            f"{' and '.join(counts)} of {len(grid.outcomes)} trials; re-run the same command to continue",
+            file=sys.stderr,
         )
         return 1
     return 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,12 +15,17 @@ import pytest
 from recombine.cli import main
 from recombine.runs.archive import record_files
 from recombine.runs.report import collect, render
-from recombine.runs.trial_record import run_status
+from recombine.runs.trial_record import is_interrupted, run_status
+from recombine.runs.unfinished import with_failed_and_interrupted_counts
 from toy_sweep import expected_cells, write_toy_sweep
 
 
 def _eval(step: int, valid_ood: float, test_ood: float) -> dict:
-    splits = {"valid_ood": {"accuracy": valid_ood}, "test_ood": {"accuracy": test_ood}}
+    splits = {
+        "valid_iid": {"accuracy": step / 20},  # best at the last step: must not decide the selection
+        "valid_ood": {"accuracy": valid_ood},
+        "test_ood": {"accuracy": test_ood},
+    }
     return {"kind": "eval", "step": step, "splits": splits}
 
 
@@ -39,10 +46,18 @@ def grid(tmp_path: Path) -> Path:
     records = [_eval(10, 0.8, 0.4), _eval(20, 0.8, 0.7), {"kind": "train", "step": 25}]
     _interrupted_run(root, "B--c--seed2", records)
     _interrupted_run(root, "A--c--seed4", [{"kind": "train", "step": 5}], exit_code=-signal.SIGTERM)
+    # A seed 5: its sweep was SIGKILLed, so no failure.json, only the pid of a process that is gone
+    killed = root / "runs" / "A--c--seed5"
+    killed.mkdir(parents=True)
+    (killed / "metrics.jsonl").write_text(json.dumps(_eval(10, 0.25, 0.125)) + "\n")
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    (killed / "trial.pid").write_text(str(process.pid))
     manifest = json.loads((root / "manifest.json").read_text())
     manifest["runs"] += [
         {"variant": "B", "column": "c", "seed": 2, "run": "runs/B--c--seed2"},
         {"variant": "A", "column": "c", "seed": 4, "run": "runs/A--c--seed4"},
+        {"variant": "A", "column": "c", "seed": 5, "run": "runs/A--c--seed5"},
     ]
     (root / "manifest.json").write_text(json.dumps(manifest))
     return root
@@ -51,16 +66,20 @@ def grid(tmp_path: Path) -> Path:
 def test_interrupted_trials_are_counted_and_listed_apart_from_failed_ones(grid: Path) -> None:
     markdown = render(grid, html=True)
     cells = expected_cells()
-    a_row = ["A", f"{cells['A'][1]}, 1 interrupted", *cells["A"][2:]]
+    a_row = ["A", f"{cells['A'][1]}, 2 interrupted", *cells["A"][2:]]
     assert "| " + " | ".join(a_row) + " |" in markdown
     assert "| B | failed (1), interrupted (1) | – | – | – |" in markdown
     assert "- runs/B--c--seed1: killed by SIGKILL" in markdown  # still a failure
-    assert "Interrupted runs (2; the same command continues them):" in markdown
+    assert "Interrupted runs (3; the command that started them continues them):" in markdown
     assert (
         "- runs/B--c--seed2: stopped at step 25; best valid_ood so far 0.800 at step 10 (test_ood 0.400)"
         in markdown
     )
-    assert "- runs/A--c--seed4: stopped at step 5; no evaluation yet" in markdown
+    assert "- runs/A--c--seed4: stopped at step 5; no evaluation on a validation split yet" in markdown
+    assert (
+        "- runs/A--c--seed5: stopped at step 10; best valid_ood so far 0.250 at step 10 (test_ood 0.125)"
+        in markdown
+    )
     assert "Missing or unfinished runs" not in markdown
     _, results = collect(grid)
     assert results["failed_runs"] == {"runs/B--c--seed1": "killed by SIGKILL"}
@@ -68,7 +87,7 @@ def test_interrupted_trials_are_counted_and_listed_apart_from_failed_ones(grid: 
     assert results["interrupted_runs"]["runs/A--c--seed4"] == {"step": 5}
     assert results["table"]["B"]["c"]["interrupted_runs"] == ["runs/B--c--seed2"]
     page = (grid / "report.html").read_text()
-    assert "<h2>Interrupted runs (2)</h2>" in page and "<h2>Failed runs (1)</h2>" in page
+    assert "<h2>Interrupted runs (3)</h2>" in page and "<h2>Failed runs (1)</h2>" in page
 
 
 def test_status_and_archive_of_interrupted_and_failed_trials(
@@ -85,3 +104,20 @@ def test_status_and_archive_of_interrupted_and_failed_trials(
     listed = capsys.readouterr().out
     assert "A--c--seed4" in listed and "B--c--seed1" not in listed
     assert grid / "runs" / "A--c--seed4" / "train.log" in record_files(grid / "runs" / "A--c--seed4")
+
+
+def test_the_interrupted_flag_wins_over_the_exit_code_and_cells_count_both_kinds() -> None:
+    # a trial a stopped sweep never started has no exit code; the record's flag says it was stopped
+    assert is_interrupted(
+        {"reason": "not started: the sweep was stopped", "exit_code": None, "interrupted": True}
+    )
+    assert not is_interrupted({"reason": "x", "exit_code": 130, "interrupted": False})
+    assert is_interrupted({"reason": "x", "exit_code": 130})  # a record from before the flag
+    assert not is_interrupted(None)
+    cell = {"failed_runs": ["a"], "interrupted_runs": ["b", "c"]}
+    assert with_failed_and_interrupted_counts("–", cell) == "failed (1), interrupted (2)"
+    assert (
+        with_failed_and_interrupted_counts("0.50 ± 0.25 (1/3)", cell)
+        == "0.50 ± 0.25 (1/3), 1 failed, 2 interrupted"
+    )
+    assert with_failed_and_interrupted_counts("0.50", {"failed_runs": [], "interrupted_runs": []}) == "0.50"

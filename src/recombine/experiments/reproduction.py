@@ -233,7 +233,12 @@ class GridRun:
 
     @property
     def failed(self) -> list[TrialOutcome]:
+        """Trials that did not finish: broken or interrupted (:attr:`interrupted`)."""
         return [o for o in self.outcomes if not o.ok]
+
+    @property
+    def interrupted(self) -> list[TrialOutcome]:
+        return [o for o in self.outcomes if o.interrupted]
 
 
 def run_trials(
@@ -289,7 +294,12 @@ def run_trials(
         for outcome in executor.run(todo, run_trial):
             outcomes.append(outcome)
             log = out / outcome.run / "train.log"
-            status = "done" if outcome.ok else f"FAILED ({outcome.reason}, see {log})"
+            if outcome.ok:
+                status = "done"
+            elif outcome.interrupted:
+                status = f"interrupted ({outcome.reason})"
+            else:
+                status = f"FAILED ({outcome.reason}, see {log})"
             on_event(f"[{len(outcomes)}/{len(todo)}] {outcome.run}: {status} in {outcome.wall_time_s:.0f} s")
         return GridRun(entries, outcomes, len(entries) - len(todo))
 

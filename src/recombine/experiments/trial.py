@@ -23,7 +23,14 @@ from typing import Any
 from recombine.errors import UserError
 from recombine.runs.directory_lock import exclusive_use
 from recombine.runs.store import RunDir
-from recombine.runs.trial_record import TRAIN_LOG, clear_failure, clear_pid, write_failure, write_pid
+from recombine.runs.trial_record import (
+    INTERRUPTED_EXIT_CODES,
+    TRAIN_LOG,
+    clear_failure,
+    clear_pid,
+    write_failure,
+    write_pid,
+)
 
 TAIL_LINES = 20
 
@@ -54,6 +61,9 @@ class TrialOutcome:
     ok: bool
     wall_time_s: float
     reason: str = ""  # why it failed, one line
+    interrupted: bool = (
+        False  # stopped, not broken: the same command continues it (trial_record.is_interrupted)
+    )
 
 
 def config_overrides(config: dict[str, Any]) -> list[str]:
@@ -128,7 +138,7 @@ def stop_running_trials() -> None:
 def run_trial(spec: TrialSpec) -> TrialOutcome:
     """Train (or resume) one run; record a failure instead of raising."""
     if _stopped.is_set():
-        return TrialOutcome(spec.run, False, 0.0, NOT_STARTED)
+        return TrialOutcome(spec.run, False, 0.0, NOT_STARTED, interrupted=True)
     run_path = spec.run_path
     # another process trains this run: leave its records alone (its own process would refuse anyway); one
     # taking the run between this probe and our `recombine train` child could still see them touched
@@ -175,15 +185,17 @@ def run_trial(spec: TrialSpec) -> TrialOutcome:
         last_line = next((line.strip() for line in reversed(tail) if line.strip()), "")
         if code and code > 0 and last_line:  # the error message or the traceback's last line
             reason += f": {last_line}"
+    interrupted = reason == NOT_STARTED or code in INTERRUPTED_EXIT_CODES  # stopped, not broken
     write_failure(
         run_path,
         {
             "reason": reason,
             "exit_code": code,
+            "interrupted": interrupted,
             "output_tail": tail,  # stdout and stderr of this attempt (stderr carries the errors)
             "wall_time_s": wall,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "config": spec.config,
         },
     )
-    return TrialOutcome(spec.run, False, wall, reason)
+    return TrialOutcome(spec.run, False, wall, reason, interrupted=interrupted)

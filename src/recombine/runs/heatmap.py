@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from recombine.experiments.reproduction import Reproduction
-from recombine.runs.unfinished import with_unfinished_counts
+from recombine.runs.unfinished import with_failed_and_interrupted_counts
 
 MISSING = "–"
 
@@ -68,7 +68,7 @@ def matrix_tables(
         cells = results["table"][label]
 
         def summary(column: str, key: str, cells: dict[str, Any] = cells) -> str:
-            return with_unfinished_counts(fmt(cells[column].get(key)), cells[column])
+            return with_failed_and_interrupted_counts(fmt(cells[column].get(key)), cells[column])
 
         table(f"{label}: {reproduction.report_split}", lambda c, s=summary: s(c, "ood"))
         table(f"{label}: {reproduction.iid_split}", lambda c, s=summary: s(c, "iid"))

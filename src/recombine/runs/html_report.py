@@ -82,7 +82,7 @@ def render_html(
     if interrupted:
         parts.append(f"<h2>Interrupted runs ({len(interrupted)})</h2><ul>")
         parts += [f"<li><code>{escape(run)}</code>: {escape(text)}</li>" for run, text in interrupted.items()]
-        parts.append("</ul><p>The same command continues them.</p>")
+        parts.append("</ul><p>The command that started them continues them from their checkpoints.</p>")
     if unfinished:
         parts.append(f"<h2>Missing or unfinished runs ({len(unfinished)})</h2><ul>")
         parts += [f"<li><code>{escape(run)}</code></li>" for run in unfinished]

@@ -3,8 +3,8 @@
 The table (mean ± std over seeds, success rate, paper numbers) is built once and rendered as
 Markdown (``report.md``) and, on request, as a static offline HTML page (``report.html``, see
 :mod:`recombine.runs.html_report`). Failed trials (``RUN/failure.json``) are listed and their cells
-say so; interrupted ones (stopped, resumable: :func:`recombine.runs.trial_record.is_interrupted`) are listed
-apart, each with how far it got and its best evaluation so far.
+say so; interrupted ones (stopped, resumable: ``recombine runs`` status ``interrupted``) are listed apart,
+each with how far it got and its best evaluation so far.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from recombine.runs.heatmap import heatmap_figure, matrix_tables
 from recombine.runs.html_report import render_html, render_markdown_page, render_markdown_report
 from recombine.runs.row_axis import row_axis_figure
 from recombine.runs.store import RunDir
-from recombine.runs.trial_record import is_interrupted, read_failure
-from recombine.runs.unfinished import describe_progress, progress_so_far, with_unfinished_counts
+from recombine.runs.trial_record import read_failure, run_status
+from recombine.runs.unfinished import describe_progress, progress_so_far, with_failed_and_interrupted_counts
 
 
 def manifest_reproduction(manifest: dict[str, Any]) -> Reproduction:
@@ -75,7 +75,7 @@ def collect(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         if result is None or result.get("status") != "completed":
             missing.append(entry["run"])
             failure = read_failure(out / entry["run"])
-            if is_interrupted(failure):
+            if run_status(out / entry["run"]) == "interrupted":  # as `recombine runs` says
                 interrupted[entry["run"]] = progress_so_far(out / entry["run"], reproduction.report_split)
                 interrupted_cells.setdefault((entry["variant"], entry["column"]), []).append(entry["run"])
             elif failure is not None or result is not None:
@@ -158,7 +158,7 @@ def _table(
         for column in columns:
             cell = results["table"][variant.label][column]
             text = _fmt(cell.get("ood")) if (variant.label, column) in in_grid else "not run"
-            row.append(with_unfinished_counts(text, cell))
+            row.append(with_failed_and_interrupted_counts(text, cell))
             row.append(_paper(cell["paper"]))
             times += cell.get("wall_time_s", [])
         for column in columns:
@@ -208,7 +208,7 @@ def render_reproduction(out: Path, html: bool = False) -> str:
         lines += ["", f"Failed runs ({len(failed)}; see RUN/failure.json and RUN/train.log):", ""]
         lines += [f"- {run}: {reason}" for run, reason in failed.items()]
     if stopped:
-        lines += ["", f"Interrupted runs ({len(stopped)}; the same command continues them):", ""]
+        lines += ["", f"Interrupted runs ({len(stopped)}; the command that started them continues them):", ""]
         lines += [f"- {run}: {text}" for run, text in stopped.items()]
     if unfinished:
         lines += ["", f"Missing or unfinished runs ({len(unfinished)}): " + ", ".join(unfinished)]

@@ -15,8 +15,9 @@ Status of a run directory (``recombine runs --status``):
 - ``finished``: ``result.json`` says ``completed``;
 - ``failed``: ``failure.json`` exists, or ``result.json`` gives another status (``diverged``);
 - ``interrupted``: ``failure.json`` says the trial was stopped (Ctrl-C, ``kill``, a sweep stopped or timed
-  out: exit code 130 or SIGINT / SIGTERM; :func:`is_interrupted`), or ``trial.pid`` names a process that no
-  longer exists (the sweep was killed); either way the same command resumes it;
+  out: exit code 130 or SIGINT / SIGTERM, or never started by a stopped sweep; :func:`is_interrupted`), or
+  ``trial.pid`` names a process that no longer exists (the sweep was killed); either way the command that
+  started it continues it from its checkpoint;
 - ``running``: otherwise (for a run trained outside a sweep: running, or interrupted without a trace).
 """
 
@@ -55,8 +56,13 @@ def read_failure(run_path: Path) -> dict[str, Any] | None:
 
 
 def is_interrupted(failure: dict[str, Any] | None) -> bool:
-    """Whether a ``failure.json`` record is a stop (resumable as it is), not a failure."""
-    return failure is not None and failure.get("exit_code") in INTERRUPTED_EXIT_CODES
+    """Whether a ``failure.json`` record is a stop (resumable as it is), not a failure: its
+    ``interrupted`` flag (also set for a trial the stopped sweep never started), or, in records written
+    before the flag, its exit code."""
+    if failure is None:
+        return False
+    flag = failure.get("interrupted")
+    return flag if isinstance(flag, bool) else failure.get("exit_code") in INTERRUPTED_EXIT_CODES
 
 
 def clear_failure(run_path: Path) -> None:
