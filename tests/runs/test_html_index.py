@@ -108,7 +108,7 @@ def test_index_lists_every_result_directory_with_its_headline_table(tree: Path) 
     toy = entries["sweeps/toy"]
     cells = expected_cells()
     assert toy.date == "2026-01-02 03:07 UTC"
-    assert (toy.runs, toy.finished, toy.failed) == (4, 3, 1)  # 3 seeds of A, 1 killed trial of B
+    assert (toy.runs, toy.finished, toy.failed, toy.interrupted) == (4, 3, 1, 0)  # 3 A seeds, 1 killed B
     assert toy.source == RECIPE["source"]
     assert toy.header == cells["header"]
     assert toy.rows == [cells["A"], cells["B"]]
@@ -143,7 +143,13 @@ def test_report_html_is_rerendered_only_when_missing_or_stale(tmp_path: Path) ->
     (tmp_path / "results.json").write_text(json.dumps({"trials": [{}, {}]}))
     (tmp_path / "report.md").write_text("# Toy (BLOCK 5.1)\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
     entry = read_entry(tmp_path, tmp_path)
-    assert (entry.name, entry.source, entry.runs, entry.failed) == (".", "BLOCK 5.1", 2, None)
+    assert (entry.name, entry.source, entry.runs, entry.failed, entry.interrupted) == (
+        ".",
+        "BLOCK 5.1",
+        2,
+        None,
+        None,
+    )
     assert entry.link("report.html") == "report.html"
     html = tmp_path / "report.html"
     html.write_text("kept")

@@ -14,6 +14,7 @@ import pytest
 
 from recombine.cli import main
 from recombine.runs.archive import record_files
+from recombine.runs.html_index import read_entry
 from recombine.runs.report import collect, render
 from recombine.runs.trial_record import is_interrupted, run_status
 from recombine.runs.unfinished import with_failed_and_interrupted_counts
@@ -88,6 +89,8 @@ def test_interrupted_trials_are_counted_and_listed_apart_from_failed_ones(grid: 
     assert results["table"]["B"]["c"]["interrupted_runs"] == ["runs/B--c--seed2"]
     page = (grid / "report.html").read_text()
     assert "<h2>Interrupted runs (3)</h2>" in page and "<h2>Failed runs (1)</h2>" in page
+    entry = read_entry(grid, grid)  # the index over result directories counts them apart too
+    assert (entry.runs, entry.finished, entry.failed, entry.interrupted) == (7, 3, 1, 3)
 
 
 def test_status_and_archive_of_interrupted_and_failed_trials(

@@ -4,7 +4,7 @@ Issue 11, item 4: "one index over all reproductions". A *result directory* is on
 ``manifest.json`` (a sweep or grid reproduction, :mod:`recombine.runs.report`) or a ``report.md``
 with a ``results.json`` (a scripted reproduction, :mod:`recombine.experiments.scripted_reproduction`,
 or a grid's copied results). ``DIR/index.html`` and ``DIR/index.md`` get one row per result directory
-(name, source, date, runs, finished, failed) and, per directory, its headline table: the first
+(name, source, date, runs, finished, failed, interrupted) and, per directory, its headline table: the first
 Markdown table of its ``report.md``, i.e. the cells ours-beside-the-paper's (mean ± std over seeds,
 success rate, the paper's number; DESIGN "Runs, sweeps, reports"). Each entry links to its
 ``report.html``, which is rendered from ``report.md`` when it is missing or older (the index never
@@ -55,6 +55,7 @@ class ResultEntry:
     header: list[str] = field(default_factory=list)  # the headline table
     rows: list[list[str]] = field(default_factory=list)
     problem: str = ""  # why the report could not be rendered or read
+    interrupted: int | None = None  # stopped, resumable trials (None when the results do not record them)
 
     def link(self, file: str) -> str:
         """A file of this directory relative to the index root, URL-quoted (``NAME/report.html``)."""
@@ -202,6 +203,7 @@ def read_entry(directory: Path, root: Path) -> ResultEntry:
         match = _SOURCE.search(title)
         source = match.group(1) if match else ""
     runs, finished, failed = _run_counts(manifest, results)
+    stopped = results.get("interrupted_runs")
     header, rows = headline_table(text)
     return ResultEntry(
         directory,
@@ -215,6 +217,7 @@ def read_entry(directory: Path, root: Path) -> ResultEntry:
         header,
         rows,
         problem,
+        interrupted=len(stopped) if isinstance(stopped, dict | list) else None,
     )
 
 
@@ -229,11 +232,11 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [line(header), "|" + "---|" * len(header), *(line(row) for row in rows)]
 
 
-OVERVIEW_HEADER = ["reproduction", "source", "date", "runs", "finished", "failed"]
+OVERVIEW_HEADER = ["reproduction", "source", "date", "runs", "finished", "failed", "interrupted"]
 
 
 def _overview_cells(entry: ResultEntry) -> list[str]:
-    counts = [_count(value) for value in (entry.runs, entry.finished, entry.failed)]
+    counts = [_count(value) for value in (entry.runs, entry.finished, entry.failed, entry.interrupted)]
     return [entry.name, entry.source or "–", entry.date, *counts]
 
 
