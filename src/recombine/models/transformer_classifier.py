@@ -82,6 +82,8 @@ class TransformerClassifierConfig(FeedForwardChoice):
     # dropout on the hidden units of the data and gate FFNs (the authors' released NDR layer; with
     # ffn_dropout=false that layer's placement)
     hidden_dropout: bool = False
+    # divide each row of the geometric attention by its sum (the authors' released code; not in eqs. 5.7-5.10)
+    geometric_normalize: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -93,6 +95,8 @@ class TransformerClassifierConfig(FeedForwardChoice):
             raise UserError(f"model.activation applies to the dense feed-forward block, not ffn={self.ffn}")
         if self.data_residual and not self.copy_gate:
             raise UserError("model.data_residual (thesis eq. E.2) needs model.copy_gate=true")
+        if self.geometric_normalize and self.attention != "geometric":
+            raise UserError(f"model.geometric_normalize applies to attention=geometric, not {self.attention}")
         if self.hidden_dropout and self.ffn != "dense":
             raise UserError(
                 f"model.hidden_dropout applies to the dense feed-forward block, not ffn={self.ffn}"
@@ -144,6 +148,7 @@ class TransformerClassifier(nn.Module):
                 data_residual=config.data_residual,
                 ffn_dropout=config.ffn_dropout,
                 hidden_dropout=config.hidden_dropout,
+                geometric_normalize=config.geometric_normalize,
             )
 
         n_modules = 1 if config.shared_layers else config.n_layers

@@ -9,7 +9,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from recombine.errors import UserError
+from recombine.models import build
 from recombine.models.layers.geometric_attention import GeometricSelfAttention, geometric_attention_weights
+from recombine.models.transformer_classifier import TransformerClassifierConfig
+from recombine.tasks.base import TaskSpec
 
 Weights = Callable[..., torch.Tensor]
 
@@ -320,3 +324,58 @@ def test_under_torch_compile_auto_takes_the_traceable_path() -> None:
     eager = geometric_attention_weights(logits)  # the scan, on a CPU tensor
     traced = torch.compile(geometric_attention_weights, fullgraph=True)(logits)
     torch.testing.assert_close(traced, eager, rtol=1e-5, atol=1e-6)
+
+
+def test_normalized_rows_are_the_naive_weights_over_their_sum() -> None:
+    """``normalize=True`` (the authors' released code): each row of eqs. 5.7-5.8, divided by its sum; a row
+    that matches nothing (the last query when only keys to the right match) stays zero."""
+    torch.manual_seed(0)
+    plain = GeometricSelfAttention(d_model=8, n_heads=2)
+    normalized = GeometricSelfAttention(d_model=8, n_heads=2, normalize=True)
+    normalized.load_state_dict(plain.state_dict())
+    h = torch.randn(3, 6, 8, requires_grad=True)
+    out, attention = normalized(h)
+    _, raw = plain(h)
+    naive = naive_geometric_attention_weights(_module_logits(plain, h).double()).float()
+    torch.testing.assert_close(raw, naive, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(attention, naive / naive.sum(-1, keepdim=True), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(attention.sum(-1), torch.ones(3, 2, 6))
+    out.sum().backward()
+    assert h.grad is not None and torch.isfinite(h.grad).all()
+    with torch.no_grad():  # only keys to the right match: the last query's row is all zeros
+        for layer in (plain, normalized):
+            layer.query.weight.zero_()
+            layer.key.weight.zero_()
+            layer.direction.weight.zero_()
+            layer.direction.bias[:2] = 10.0
+            layer.direction.bias[2:] = -10.0
+            layer.beta.fill_(5.0)
+    _, attention = normalized(torch.randn(2, 6, 8))
+    assert torch.all(attention[..., -1, :] == 0) and torch.isfinite(attention).all()
+
+
+def _module_logits(layer: GeometricSelfAttention, h: torch.Tensor) -> torch.Tensor:
+    """Eq. 5.10's logits of ``layer`` in evaluation mode, written out."""
+    b, n, _ = h.shape
+    heads, d_head = layer.n_heads, layer.d_head
+    q = layer.query(h).view(b, n, heads, d_head).transpose(1, 2)
+    k = layer.key(h).view(b, n, heads, d_head).transpose(1, 2)
+    direction = layer.direction(h).view(b, n, 2, heads)
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    d = torch.where(
+        i <= j, direction[:, :, 0].transpose(1, 2)[..., None], direction[:, :, 1].transpose(1, 2)[..., None]
+    )
+    return (
+        layer.alpha[:, None, None] * (q @ k.transpose(-1, -2))
+        + layer.beta[:, None, None] * d
+        + layer.gamma[:, None, None]
+    )
+
+
+def test_geometric_normalize_reaches_the_ndr_and_needs_geometric_attention() -> None:
+    spec = TaskSpec(kind="classify", input_vocab_size=12, n_classes=8, max_input_length=10)
+    model = build("ndr", spec, d_model=16, n_heads=2, d_ff=32, n_layers=2, geometric_normalize=True)
+    assert model.layers[0].attention.normalize
+    assert not build("ndr", spec, d_model=16, n_heads=2, d_ff=32, n_layers=2).layers[0].attention.normalize
+    with pytest.raises(UserError, match="geometric_normalize applies to attention=geometric, not softmax"):
+        TransformerClassifierConfig(geometric_normalize=True)

@@ -45,7 +45,9 @@ AttentionKind = Literal["softmax", "relative", "gated_absrel", "geometric"]
 ATTENTION_KINDS = ("softmax", "relative", "gated_absrel", "geometric")
 
 
-def build_attention(kind: str, d_model: int, n_heads: int, dropout: float) -> nn.Module:
+def build_attention(
+    kind: str, d_model: int, n_heads: int, dropout: float, geometric_normalize: bool = False
+) -> nn.Module:
     if kind == "softmax":
         return SoftmaxSelfAttention(d_model, n_heads, dropout)
     if kind == "relative":
@@ -53,7 +55,7 @@ def build_attention(kind: str, d_model: int, n_heads: int, dropout: float) -> nn
     if kind == "gated_absrel":
         return RelativeSelfAttention(d_model, n_heads, dropout, absolute_gate=True)
     if kind == "geometric":
-        return GeometricSelfAttention(d_model, n_heads, dropout)
+        return GeometricSelfAttention(d_model, n_heads, dropout, normalize=geometric_normalize)
     raise ValueError(f"unknown attention {kind!r}; valid choices: {', '.join(ATTENTION_KINDS)}")
 
 
@@ -74,6 +76,7 @@ class EncoderLayer(nn.Module):
         ffn_dropout: bool = True,
         fast_dropout: bool = False,
         hidden_dropout: bool = False,
+        geometric_normalize: bool = False,
     ) -> None:
         super().__init__()
         if data_residual and not copy_gate:
@@ -81,7 +84,9 @@ class EncoderLayer(nn.Module):
         if hidden_dropout and ffn is not None:
             raise ValueError("hidden_dropout applies to the dense feed-forward block, not to a custom ffn")
         hidden_rate = dropout if hidden_dropout else 0.0
-        self.attention = build_attention(attention, d_model, n_heads, attention_dropout)
+        if geometric_normalize and attention != "geometric":
+            raise ValueError("geometric_normalize applies to geometric attention")
+        self.attention = build_attention(attention, d_model, n_heads, attention_dropout, geometric_normalize)
         self.attention_norm = nn.LayerNorm(d_model)
         self.ffn_takes_mask = ffn is not None
         self.ffn = (  # eq. 5.5, or a thesis ch. 7 approximation of it

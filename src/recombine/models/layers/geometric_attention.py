@@ -271,6 +271,10 @@ def geometric_attention_weights(
     return _GeometricWeights.apply(logits, key_padding_mask, compiled)
 
 
+#: the smallest row sum ``normalize=True`` divides by (a row of zeros stays zero)
+NORMALIZE_EPS = 1e-12
+
+
 class GeometricSelfAttention(nn.Module):
     """Multi-head geometric self-attention with directional encoding (thesis eqs. 5.6-5.10).
 
@@ -282,9 +286,11 @@ class GeometricSelfAttention(nn.Module):
     ``alpha``, ``beta``, ``gamma`` are learned per head, initialised to ``1/sqrt(d_head)``, 1, 0.
     Dropout is applied to the content query only (thesis App. D.3.3). The output of each head is
     ``A @ V`` with the (unnormalised) geometric weights ``A``, followed by the output projection.
+    ``normalize=True`` divides each row of ``A`` by its sum first (rows of zeros stay zero), as the
+    authors' released code does by default; the thesis's equations do not.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, normalize: bool = False) -> None:
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
@@ -303,6 +309,7 @@ class GeometricSelfAttention(nn.Module):
         self.beta = nn.Parameter(torch.ones(n_heads))
         self.gamma = nn.Parameter(torch.zeros(n_heads))
         self.query_dropout = nn.Dropout(dropout)
+        self.normalize = normalize
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
@@ -336,6 +343,8 @@ class GeometricSelfAttention(nn.Module):
         )
         mask = key_padding_mask[:, None, :] if key_padding_mask is not None else None  # [B, 1, N]
         attention = geometric_attention_weights(logits, mask)
+        if self.normalize:  # L1 over the sources; the weights are >= 0
+            attention = attention / attention.sum(-1, keepdim=True).clamp_min(NORMALIZE_EPS)
 
         out = (attention @ v).transpose(1, 2).reshape(b, n, self.d_model)
         return self.out(out), attention
