@@ -61,9 +61,8 @@ class TrialOutcome:
     ok: bool
     wall_time_s: float
     reason: str = ""  # why it failed, one line
-    interrupted: bool = (
-        False  # stopped, not broken: the same command continues it (trial_record.is_interrupted)
-    )
+    # stopped, not broken: the same command continues it (trial_record.is_interrupted)
+    interrupted: bool = False
 
 
 def config_overrides(config: dict[str, Any]) -> list[str]:

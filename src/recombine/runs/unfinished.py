@@ -27,10 +27,9 @@ def with_failed_and_interrupted_counts(text: str, cell: dict[str, Any]) -> str:
 
 
 def progress_so_far(run_path: Path, report_split: str) -> dict[str, Any]:
-    """How far an unfinished run got: its last logged step (its checkpoint may be a few steps further) and,
-    when it has evaluated, its best evaluation
-    so far by the selection rule of a finished run (valid_ood, else valid_iid; the first best) with the
-    accuracies of every split there."""
+    """How far an unfinished run got: its last logged step (its checkpoint may be a few steps further)
+    and, once it has evaluated, its best evaluation so far by the selection rule of a finished run
+    (valid_ood, else valid_iid; the first best), with the accuracies of every split there."""
     metrics = RunDir(run_path).read_metrics()
     steps = [r["step"] for r in metrics if isinstance(r.get("step"), int)]
     progress: dict[str, Any] = {"step": max(steps, default=0)}
