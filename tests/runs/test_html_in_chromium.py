@@ -118,7 +118,8 @@ def test_reports_and_index_render_their_tables_and_images_in_chromium(tmp_path: 
     seen = _probe(root / "index.html", profile)
     overview, *headlines = seen["tables"]
     assert [row[0] for row in overview] == ["reproduction", "scripted", "sweep"]
-    assert [row[3:] for row in overview[1:]] == [["2", "2", "–"], ["4", "3", "1"]]  # runs, finished, failed
+    # runs, finished, failed, interrupted
+    assert [row[3:] for row in overview[1:]] == [["2", "2", "–", "–"], ["4", "3", "1", "0"]]
     assert headlines[1] == [cells["header"], cells["A"], cells["B"]]
     assert seen["images"] == []
 
