@@ -55,6 +55,7 @@ from recombine.models.layers.adaptive_computation import (
 from recombine.models.layers.auxiliary_loss import discard_auxiliary_losses, pop_auxiliary_loss
 from recombine.models.layers.encoder_layer import ATTENTION_KINDS, EncoderLayer
 from recombine.models.layers.feed_forward import FeedForwardChoice
+from recombine.models.layers.glorot_init import WEIGHT_INITS, glorot_init_ndr_layer
 from recombine.models.layers.positional import sinusoidal_embedding
 from recombine.tasks.base import TaskSpec
 
@@ -84,6 +85,9 @@ class TransformerClassifierConfig(FeedForwardChoice):
     hidden_dropout: bool = False
     # divide each row of the geometric attention by its sum (the authors' released code; not in eqs. 5.7-5.10)
     geometric_normalize: bool = False
+    # "glorot": the weight initialisation of the authors' released NDR layer (geometric attention and
+    # dense FFN only; recombine.models.layers.glorot_init); "pytorch": PyTorch's defaults
+    weight_init: str = "pytorch"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -100,6 +104,14 @@ class TransformerClassifierConfig(FeedForwardChoice):
         if self.hidden_dropout and self.ffn != "dense":
             raise UserError(
                 f"model.hidden_dropout applies to the dense feed-forward block, not ffn={self.ffn}"
+            )
+        if self.weight_init not in WEIGHT_INITS:
+            hint = choices_hint(self.weight_init, WEIGHT_INITS)
+            raise UserError(f"unknown model.weight_init {self.weight_init!r}; {hint}")
+        if self.weight_init == "glorot" and (self.attention != "geometric" or self.ffn != "dense"):
+            raise UserError(
+                "model.weight_init=glorot (the released NDR layer's initialisation) needs "
+                f"attention=geometric and ffn=dense, not attention={self.attention} ffn={self.ffn}"
             )
         check_act_variant(self.act)
         if not 0.0 < self.act_epsilon < 1.0:
@@ -153,6 +165,9 @@ class TransformerClassifier(nn.Module):
 
         n_modules = 1 if config.shared_layers else config.n_layers
         self.layers = nn.ModuleList(make_layer() for _ in range(n_modules))
+        if config.weight_init == "glorot":
+            for layer in self.layers:
+                glorot_init_ndr_layer(layer)
         self.readout = nn.Linear(config.d_model, spec.n_classes)
         # created only with ACT on, so that act=none keeps the checkpoint layout of the plain model
         self.adaptive_computation = (
