@@ -85,8 +85,8 @@ class TransformerClassifierConfig(FeedForwardChoice):
     hidden_dropout: bool = False
     # divide each row of the geometric attention by its sum (the authors' released code; not in eqs. 5.7-5.10)
     geometric_normalize: bool = False
-    # "glorot": the weight initialisation of the authors' released NDR layer (geometric attention and
-    # dense FFN only; recombine.models.layers.glorot_init); "pytorch": PyTorch's defaults
+    # "glorot": the weight initialisation of the authors' released NDR layer (geometric attention, dense
+    # ReLU FFN; recombine.models.layers.glorot_init); "pytorch": PyTorch's defaults
     weight_init: str = "pytorch"
 
     def __post_init__(self) -> None:
@@ -108,11 +108,6 @@ class TransformerClassifierConfig(FeedForwardChoice):
         if self.weight_init not in WEIGHT_INITS:
             hint = choices_hint(self.weight_init, WEIGHT_INITS)
             raise UserError(f"unknown model.weight_init {self.weight_init!r}; {hint}")
-        if self.weight_init == "glorot" and (self.attention != "geometric" or self.ffn != "dense"):
-            raise UserError(
-                "model.weight_init=glorot (the released NDR layer's initialisation) needs "
-                f"attention=geometric and ffn=dense, not attention={self.attention} ffn={self.ffn}"
-            )
         check_act_variant(self.act)
         if not 0.0 < self.act_epsilon < 1.0:
             raise UserError(f"model.act_epsilon must be in (0, 1), got {self.act_epsilon}")
@@ -121,6 +116,14 @@ class TransformerClassifierConfig(FeedForwardChoice):
         if self.attention not in ATTENTION_KINDS:
             raise UserError(
                 f"unknown model.attention {self.attention!r}; {choices_hint(self.attention, ATTENTION_KINDS)}"
+            )
+        if self.weight_init == "glorot" and (
+            self.attention != "geometric" or self.ffn != "dense" or self.activation != "relu"
+        ):
+            raise UserError(
+                "model.weight_init=glorot (the released NDR layer's initialisation) needs "
+                "attention=geometric, ffn=dense and activation=relu, "
+                f"not {self.attention}, {self.ffn} and {self.activation}"
             )
         if self.readout not in ("first", "last"):
             raise UserError(f"unknown model.readout {self.readout!r}; valid choices: last, first")
@@ -165,7 +168,7 @@ class TransformerClassifier(nn.Module):
 
         n_modules = 1 if config.shared_layers else config.n_layers
         self.layers = nn.ModuleList(make_layer() for _ in range(n_modules))
-        if config.weight_init == "glorot":
+        if config.weight_init == "glorot":  # (before the readout: the ndr-ctl records were drawn so)
             for layer in self.layers:
                 glorot_init_ndr_layer(layer)
         self.readout = nn.Linear(config.d_model, spec.n_classes)

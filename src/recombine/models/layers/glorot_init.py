@@ -3,12 +3,12 @@
 The thesis (ch. 5, App. D.3.3) does not state an initialisation; recombine's layers otherwise keep
 PyTorch's defaults (``nn.Linear``: uniform in ``±1/sqrt(fan_in)``). The authors' released code
 (RobertCsordas/ndr, ``layers/transformer/ndr_geometric.py`` and ``direction_sensitive_geometric.py``)
-uses Glorot-uniform weights, about 1.7-3.3 times larger in standard deviation at d_model 256:
+uses Glorot-uniform weights (1.7-3.3 times PyTorch's standard deviation with d_ff = 2 d_model and one head):
 
 * data FFN (eq. 5.5): first matrix with the ReLU gain ``sqrt(2)``, second with the tanh gain ``5/3``;
 * gate FFN (eq. 5.3): first matrix with the ReLU gain, second with gain 1 (its bias stays at -3);
 * geometric attention: query, key, value and output projections uniform with standard deviation
-  ``sqrt(2 / (d_model + d_head))`` (Glorot with fan-out ``d_head``, also for the output map); the
+  ``sqrt(2 / (d_model + d_head))`` (Glorot with fans ``d_model`` and ``d_head``, per head); the
   content-query bias (the released code's global content bias) and the value and output biases
   (absent there) start at zero.
 
