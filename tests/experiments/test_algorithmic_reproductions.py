@@ -84,13 +84,20 @@ def test_settings_follow_the_tables_and_share_ndr_ctls_cpu_scale() -> None:
     assert CTLPP_AR.iid_split == "test_iid" and CTLPP_AR.seeds >= 10  # success rates need seeds
 
 
+def test_every_ndr_row_starts_from_the_released_initialisation() -> None:
+    # the authors' released NDR layer (ReLU) is Glorot-initialised; ctlpp's GELU ndr_modified cannot be
+    rows = [(r.name, v) for r in [ndr_ctl.NDR_CTL, *NEW] for v in r.variants if v.model == "ndr"]
+    assert {name for name, _ in rows} == {"ndr-ctl", "ndr-depth", "ndr-arithmetic", "ndr-listops"}
+    assert all(v.model_overrides.get("weight_init") == "glorot" for _, v in rows)
+
+
 def test_ndr_depth_evaluates_every_row_at_its_training_depth() -> None:
     depths = sorted(v.model_overrides["n_layers"] for v in NDR_DEPTH.variants)
     assert depths == [4, 6, 8, 10, 12, 14, 20]
     for variant in NDR_DEPTH.variants:
         assert variant.model == "ndr"
         assert variant.model_overrides == {
-            **ndr_ctl.CPU_GATED,
+            **ndr_ctl.CPU_NDR,
             "n_layers": variant.model_overrides["n_layers"],
             "test_layers": variant.model_overrides["n_layers"],
         }

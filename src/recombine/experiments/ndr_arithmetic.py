@@ -30,7 +30,8 @@ LSTM = {"d_model": 200, "n_layers": 2, "dropout": 0.5}
 BILSTM = {"d_model": 200, "n_layers": 2, "dropout": 0.5}
 
 VARIANTS = (
-    Variant("NDR", "ndr", GATED),
+    # the authors' released NDR layer starts from Glorot-uniform weights (ndr_ctl.CPU_NDR)
+    Variant("NDR", "ndr", {**GATED, "weight_init": "glorot"}),
     Variant("Transformer", "transformer", CPU_PLAIN, PLAIN_TRAIN),
     Variant("+rel", "transformer_rel", CPU_PLAIN, PLAIN_TRAIN),
     Variant("+abs/rel+gate", "transformer_absrel_gate", GATED),
@@ -53,7 +54,8 @@ PAPER = {
 
 SCALE_NOTE = (
     "CPU scale: NDR and +abs/rel+gate d_model 64, 4 heads, d_ff 128, 15 layers, evaluated with "
-    f"{EXTRA_TEST_STEPS} extra shared-layer steps; Transformer and +rel d_model 64, 4 heads, d_ff 128, "
+    f"{EXTRA_TEST_STEPS} extra shared-layer steps, the NDR from the released layer's initialisation; "
+    "Transformer and +rel d_model 64, 4 heads, d_ff 128, "
     "11 layers, lr 1.5e-4, weight decay 0.0025; LSTM and BiLSTM 200 units per direction, 2 layers, "
     "dropout 0.5 (as the thesis); Transformers dropout 0.1; all: batch 64, AdamW (lr 1e-3, weight "
     "decay 0.01 unless stated), clip 1, 10k steps; train depths 0-5 (100k examples), test depths 7-8. "

@@ -30,7 +30,8 @@ BILSTM = {"d_model": 128, "n_layers": 2, "dropout": 0.1}
 LSTM_TRAIN = {"weight_decay": 0.08}
 
 VARIANTS = (
-    Variant("NDR", "ndr", GATED),
+    # the authors' released NDR layer starts from Glorot-uniform weights (ndr_ctl.CPU_NDR)
+    Variant("NDR", "ndr", {**GATED, "weight_init": "glorot"}),
     Variant("Transformer", "transformer", PLAIN, PLAIN_TRAIN),
     Variant("+rel", "transformer_rel", PLAIN, PLAIN_TRAIN),
     Variant("+abs/rel+gate", "transformer_absrel_gate", GATED),
@@ -52,7 +53,8 @@ PAPER = {
 
 SCALE_NOTE = (
     "CPU scale: NDR and +abs/rel+gate d_model 64, 4 heads, d_ff 128, dropout 0.1, 16 layers in training "
-    "and 24 at evaluation; Transformer and +rel d_model 64, 4 heads, d_ff 256, 6 layers, dropout 0.015, "
+    "and 24 at evaluation, the NDR from the released layer's initialisation; Transformer and +rel "
+    "d_model 64, 4 heads, d_ff 256, 6 layers, dropout 0.015, "
     "lr 4e-4, weight decay 0.05; LSTM and BiLSTM 128 units per direction, 2 layers, dropout 0.1, "
     "weight decay 0.08; all: batch 64, AdamW (lr 1e-3, weight decay 0.01 unless stated), clip 1, "
     "10k steps; train depths 1-5 (1M examples), test depths 7-8. "
