@@ -55,8 +55,8 @@ PAPER = {
 SCALE_NOTE = (
     "CPU scale: NDR and +abs/rel+gate d_model 64, 4 heads, d_ff 128, 15 layers, evaluated with "
     f"{EXTRA_TEST_STEPS} extra shared-layer steps, the NDR from the released layer's initialisation; "
-    "Transformer and +rel d_model 64, 4 heads, d_ff 128, "
-    "11 layers, lr 1.5e-4, weight decay 0.0025; LSTM and BiLSTM 200 units per direction, 2 layers, "
+    "Transformer and +rel d_model 64, 4 heads, d_ff 128, 11 layers, lr 1.5e-4, weight decay 0.0025; "
+    "LSTM and BiLSTM 200 units per direction, 2 layers, "
     "dropout 0.5 (as the thesis); Transformers dropout 0.1; all: batch 64, AdamW (lr 1e-3, weight "
     "decay 0.01 unless stated), clip 1, 10k steps; train depths 0-5 (100k examples), test depths 7-8. "
     "Paper (Tab. D.4): d_model 256 (gated) / 128, batch 512 / 256, 100k (gated) / 200k steps."

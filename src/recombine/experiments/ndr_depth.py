@@ -13,7 +13,7 @@ the authors' layer-ablation sweep), since the number of steps is the quantity un
 ndr-ctl NDR with only ``n_layers`` changed: since 2026-11-28 with the authors' released
 initialisation (``weight_init: glorot``) and ``ndr-ctl``'s 35k backward steps (``column_train``);
 forward stays at 25k (``STEPS``). (The first report, 2026-11-25, used PyTorch's default
-initialisation and 25k / 80k steps, as ``recipes/ndr-ctl-long.yaml``;
+initialisation; the recipe then had 25k / 80k steps, as ``recipes/ndr-ctl-long.yaml``;
 docs/reproductions/ndr-depth.md keeps its numbers.) The ``L20`` row (ours, no paper number) shows
 whether our small model needs more steps than the thesis's d_model-256 one.
 """
@@ -48,16 +48,17 @@ PAPER = {
     for column, number in (("forward", forward), ("backward", backward))
 }
 
-# Forward: 25k, although ndr-ctl's NDR selects its forward checkpoint by 10k: evaluated at its
-# training depth, a shallower NDR's test_ood still rises after valid_ood has saturated (L12 seeds
-# 1-3, default init, selected up to 10k vs 25k steps: 0.21 / 0.27 / 0.69 vs 0.54 / 0.55 / 0.63).
-# Backward: ndr-ctl's 35k (the released initialisation's budget there).
+# Forward: the first report's 25k, although ndr-ctl's NDR selects its forward checkpoint at 4.5-8.5k:
+# evaluated at its own depth, a shallower NDR's valid_ood was still rising at 10k (L12, default init:
+# 0.82 / 0.90 / 0.99; test_ood selected up to 10k vs 25k: 0.21 / 0.27 / 0.69 vs 0.54 / 0.55 / 0.63).
+# Backward: ndr-ctl's 35k (the released initialisation's budget there, with 6 extra evaluation steps);
+# a cell that needs more is extended by re-running with more steps.
 STEPS = {"forward": 25000, "backward": NDR_CTL.column_train["backward"]["steps"]}
 
 SCALE_NOTE = (
     "CPU scale: the ndr-ctl NDR (d_model 64, 1 head, d_ff 128, dropout 0.1, the released layer's "
-    "initialisation) with 4-14 (and 20) shared "
-    "layers, each evaluated with its training depth; batch 64, AdamW lr 1e-3, weight decay 0.01, clip 5, "
+    "initialisation) with 4-14 (and 20) shared layers, each evaluated with its training depth; batch 64, "
+    "AdamW lr 1e-3, weight decay 0.01, clip 5, "
     f"{STEPS['forward'] // 1000}k steps forward and {STEPS['backward'] // 1000}k backward, "
     "depth-balanced sampling. Paper (authors' layer-ablation sweep): d_model 256, batch 512, dropout 0.5, "
     "gate dropout 0.1, 30k steps."

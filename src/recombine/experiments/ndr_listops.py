@@ -54,8 +54,8 @@ PAPER = {
 SCALE_NOTE = (
     "CPU scale: NDR and +abs/rel+gate d_model 64, 4 heads, d_ff 128, dropout 0.1, 16 layers in training "
     "and 24 at evaluation, the NDR from the released layer's initialisation; Transformer and +rel "
-    "d_model 64, 4 heads, d_ff 256, 6 layers, dropout 0.015, "
-    "lr 4e-4, weight decay 0.05; LSTM and BiLSTM 128 units per direction, 2 layers, dropout 0.1, "
+    "d_model 64, 4 heads, d_ff 256, 6 layers, dropout 0.015, lr 4e-4, weight decay 0.05; "
+    "LSTM and BiLSTM 128 units per direction, 2 layers, dropout 0.1, "
     "weight decay 0.08; all: batch 64, AdamW (lr 1e-3, weight decay 0.01 unless stated), clip 1, "
     "10k steps; train depths 1-5 (1M examples), test depths 7-8. "
     "Paper (Tab. D.5): d_model 512 (gated) / 256, 16 heads, 20 layers (gated), LSTMs 4 x 512 / 1024, "

@@ -16,7 +16,7 @@ A recipe is the YAML form of a reproduction (``Reproduction.to_recipe`` writes o
     seeds: 3                           # seeds 1..N (default 3)
     train: {steps: 10000, ...}         # train settings of every cell
     column_train:                      # optional: train overrides per column
-      backward: {steps: 80000}
+      backward: {steps: 35000}
     quick_train: {steps: 600}          # what --quick overrides
     quick_variants: [NDR]              # rows run by --quick (default: all)
     report_split: test_ood             # the table's split (default test_ood)
