@@ -16,6 +16,7 @@ from recombine.experiments.ndr_ctl import (
     CPU_TRANSFORMER,
     EXTRA_TEST_STEPS,
     PLAIN_TRAIN,
+    RELEASED_NDR_INIT,
 )
 from recombine.experiments.reproduction import PaperNumber, Reproduction, Variant
 
@@ -30,8 +31,7 @@ LSTM = {"d_model": 200, "n_layers": 2, "dropout": 0.5}
 BILSTM = {"d_model": 200, "n_layers": 2, "dropout": 0.5}
 
 VARIANTS = (
-    # the authors' released NDR layer starts from Glorot-uniform weights (ndr_ctl.CPU_NDR)
-    Variant("NDR", "ndr", {**GATED, "weight_init": "glorot"}),
+    Variant("NDR", "ndr", {**GATED, **RELEASED_NDR_INIT}),
     Variant("Transformer", "transformer", CPU_PLAIN, PLAIN_TRAIN),
     Variant("+rel", "transformer_rel", CPU_PLAIN, PLAIN_TRAIN),
     Variant("+abs/rel+gate", "transformer_absrel_gate", GATED),

@@ -11,7 +11,7 @@ and docs/reproductions/ndr-listops.md.
 
 from __future__ import annotations
 
-from recombine.experiments.ndr_ctl import CPU_TRAIN, CPU_TRANSFORMER
+from recombine.experiments.ndr_ctl import CPU_TRAIN, CPU_TRANSFORMER, RELEASED_NDR_INIT
 from recombine.experiments.reproduction import PaperNumber, Reproduction, Variant
 
 # Thesis D.3.1: ListOps needs two steps per operation; the NDR is trained with 20 layers and tested with
@@ -30,8 +30,7 @@ BILSTM = {"d_model": 128, "n_layers": 2, "dropout": 0.1}
 LSTM_TRAIN = {"weight_decay": 0.08}
 
 VARIANTS = (
-    # the authors' released NDR layer starts from Glorot-uniform weights (ndr_ctl.CPU_NDR)
-    Variant("NDR", "ndr", {**GATED, "weight_init": "glorot"}),
+    Variant("NDR", "ndr", {**GATED, **RELEASED_NDR_INIT}),
     Variant("Transformer", "transformer", PLAIN, PLAIN_TRAIN),
     Variant("+rel", "transformer_rel", PLAIN, PLAIN_TRAIN),
     Variant("+abs/rel+gate", "transformer_absrel_gate", GATED),
