@@ -10,13 +10,22 @@ import pytest
 
 from recombine.errors import UserError
 from recombine.experiments.selection import SelectionConfig, run_selection
-from recombine.runs.selection import analyse_grid, best_index, early_stopping_index
+from recombine.runs.selection import analyse_grid, best_index, best_index_among_ties, early_stopping_index
 
 
 def test_best_index_takes_the_earliest_of_ties_in_either_direction() -> None:
     assert best_index([0.2, 0.9, 0.5, 0.9], higher_is_better=True) == 1
     assert best_index([0.3, 0.1, 0.1, 0.2], higher_is_better=False) == 1
     assert best_index([0.7], higher_is_better=True) == 0
+
+
+def test_ties_of_the_best_accuracy_go_to_the_lowest_tie_break_value_or_to_the_latest() -> None:
+    accuracy = [0.5, 1.0, 0.9, 1.0, 1.0, 0.8]
+    loss = [0.01, 0.30, 0.001, 0.10, 0.10, 0.0]
+    # the lowest losses (0.001, 0.0) are not at the best accuracy; of the three 1.0s, 0.10 is lowest, twice
+    assert best_index_among_ties(accuracy, loss) == 3
+    assert best_index_among_ties(accuracy, None) == 4
+    assert best_index_among_ties([0.2, 0.7, 0.3], None) == 1  # no tie: the plain best
 
 
 @pytest.mark.parametrize(
@@ -62,7 +71,7 @@ def _synthetic_grid(root: Path, rng: np.random.Generator) -> dict[str, dict[str,
             (root / run).mkdir(parents=True)  # crashed before its first evaluation
             continue
         values = {
-            f"{split}_{what}": rng.random(len(steps)).round(2)
+            f"{split}_{what}": rng.random(len(steps)).round(1)  # one decimal: ties happen
             for split in ("valid_iid", "valid_ood", "test_ood")
             for what in ("accuracy", "loss")
         }
@@ -86,8 +95,13 @@ def test_analyse_grid_picks_match_argmax_and_argmin_of_the_logged_curves(tmp_pat
     for s in selections:
         c = curves[s.run]
         # np.argmax / argmin return the first of ties, like the rules
+        ood_accuracy, ood_loss = c["valid_ood_accuracy"], c["valid_ood_loss"]
+        n = len(ood_accuracy)
         expected = {
-            "valid_ood accuracy": int(np.argmax(c["valid_ood_accuracy"])),
+            "valid_ood accuracy": int(np.argmax(ood_accuracy)),
+            # np.lexsort sorts by the last key first: accuracy descending, then loss, then step
+            "valid_ood accuracy, ties by loss": int(np.lexsort((np.arange(n), ood_loss, -ood_accuracy))[0]),
+            "valid_ood accuracy, last of ties": n - 1 - int(np.argmax(ood_accuracy[::-1])),
             "valid_iid accuracy": int(np.argmax(c["valid_iid_accuracy"])),
             "valid_iid loss": int(np.argmin(c["valid_iid_loss"])),
             "early stop (valid_iid accuracy)": int(np.argmax(c["valid_iid_accuracy"])),
@@ -153,6 +167,33 @@ def test_claims_state_a_verdict_from_the_numbers(tmp_path: Path) -> None:
     assert "ranges 0.500-0.900. Thesis: IID ~1.00 while generalization varies: **holds**" in text
     # the IID loss keeps falling, so selecting by it picks the last (best) checkpoint: no difference
     assert "(loss chose as well as OOD accuracy)" in text
+
+
+def test_the_ties_claim_measures_how_far_apart_the_tied_checkpoints_are(tmp_path: Path) -> None:
+    # valid_ood saturates at 1.0 from the third evaluation on; test_ood keeps moving under it
+    steps = [100, 200, 300, 400, 500]
+    valid_ood = ([0.5, 0.9, 1.0, 1.0, 1.0], [0.5, 0.2, 0.05, 0.01, 0.03])
+    test_ood = ([0.3, 0.5, 0.6, 0.9, 0.7], [1.0] * 5)
+    valid_iid = ([1.0] * 5, [0.1] * 5)
+    grid = tmp_path / "grid"
+    _write_run(
+        grid / "runs/M--col--seed1",
+        steps,
+        {"valid_iid": valid_iid, "valid_ood": valid_ood, "test_ood": test_ood},
+    )
+    entries = [{"variant": "M", "column": "col", "seed": 1, "run": "runs/M--col--seed1", "config": {}}]
+    (grid / "manifest.json").write_text(json.dumps({"reproduction": "toy", "runs": entries}))
+    (tmp_path / "out").mkdir()
+    text = run_selection(tmp_path / "out", SelectionConfig(source=str(grid))).read_text()
+    # first of the three 1.0s: test 0.6 at 300; lowest loss among them: 0.9 at 400; latest: 0.7 at 500
+    assert (
+        "| runs/M--col--seed1 |" not in text
+        and "| M--col--seed1 | 1.000 | 0.600 @ 300 | 0.900 @ 400 | 0.700 @ 500 |" in text
+    )
+    assert (
+        "more than one evaluation in 1 of 1 runs; the tied checkpoints' `test_ood` spans up to 0.300" in text
+    )
+    assert "moves `test_ood` by more than 0.05 in 1 / 1 runs: when the selection split saturates" in text
 
 
 def test_a_torn_last_line_ends_the_log_and_entries_restrict_the_runs(tmp_path: Path) -> None:
