@@ -169,31 +169,71 @@ def test_claims_state_a_verdict_from_the_numbers(tmp_path: Path) -> None:
     assert "(loss chose as well as OOD accuracy)" in text
 
 
+def _grid_of(root: Path, runs: dict[str, dict[str, tuple[list[float], list[float]]]]) -> Path:
+    """A grid directory with one run per entry of ``runs`` (seed = position), evaluated every 100 steps."""
+    entries = []
+    for seed, (name, curves) in enumerate(runs.items(), start=1):
+        run = f"runs/{name}--col--seed{seed}"
+        steps = [100 * (i + 1) for i in range(len(curves["valid_ood"][0]))]
+        _write_run(root / run, steps, curves)
+        entries.append({"variant": name, "column": "col", "seed": seed, "run": run, "config": {}})
+    (root / "manifest.json").write_text(json.dumps({"reproduction": "toy", "runs": entries}))
+    return root
+
+
+def _curves(valid_ood: list[float], loss: list[float], test: list[float]) -> dict:
+    n = len(valid_ood)
+    return {
+        "valid_iid": ([1.0] * n, [0.1] * n),
+        "valid_ood": (valid_ood, loss),
+        "test_ood": (test, [1.0] * n),
+    }
+
+
 def test_the_ties_claim_measures_how_far_apart_the_tied_checkpoints_are(tmp_path: Path) -> None:
-    # valid_ood saturates at 1.0 from the third evaluation on; test_ood keeps moving under it
-    steps = [100, 200, 300, 400, 500]
-    valid_ood = ([0.5, 0.9, 1.0, 1.0, 1.0], [0.5, 0.2, 0.05, 0.01, 0.03])
-    test_ood = ([0.3, 0.5, 0.6, 0.9, 0.7], [1.0] * 5)
-    valid_iid = ([1.0] * 5, [0.1] * 5)
-    grid = tmp_path / "grid"
-    _write_run(
-        grid / "runs/M--col--seed1",
-        steps,
-        {"valid_iid": valid_iid, "valid_ood": valid_ood, "test_ood": test_ood},
+    grid = _grid_of(
+        tmp_path / "grid",
+        {
+            # saturates at 1.0 from step 300 while test_ood moves under it: first 0.6 @ 300, lowest tied loss
+            # 0.9 @ 400 (+0.3), last 0.7 @ 500 (+0.1)
+            "Up": _curves([0.5, 0.9, 1.0, 1.0, 1.0], [0.5, 0.2, 0.05, 0.01, 0.03], [0.3, 0.5, 0.6, 0.9, 0.7]),
+            # tied at 0.8 three times: the lowest tied loss is the first (no move); the last is 0.08 lower
+            "Down": _curves(
+                [0.4, 0.8, 0.8, 0.7, 0.8], [0.9, 0.5, 0.6, 0.4, 0.55], [0.1, 0.7, 0.6, 0.2, 0.62]
+            ),
+            # 0.938 - 0.888 is just above 0.05 in floating point: not "more than 0.05"
+            "Edge": _curves([1.0, 1.0], [0.2, 0.1], [0.938, 0.888]),
+            "NoTie": _curves([0.1, 0.2, 0.3], [0.3, 0.2, 0.1], [0.1, 0.2, 0.3]),
+        },
     )
-    entries = [{"variant": "M", "column": "col", "seed": 1, "run": "runs/M--col--seed1", "config": {}}]
-    (grid / "manifest.json").write_text(json.dumps({"reproduction": "toy", "runs": entries}))
     (tmp_path / "out").mkdir()
     text = run_selection(tmp_path / "out", SelectionConfig(source=str(grid))).read_text()
-    # first of the three 1.0s: test 0.6 at 300; lowest loss among them: 0.9 at 400; latest: 0.7 at 500
+    assert "| Up--col--seed1 | 1.000 | 0.600 @ 300 | 0.900 @ 400 | 0.700 @ 500 |" in text
+    assert "| Down--col--seed2 | 1.000 | 0.700 @ 200 | 0.700 @ 200 | 0.620 @ 500 |" in text
     assert (
-        "| runs/M--col--seed1 |" not in text
-        and "| M--col--seed1 | 1.000 | 0.600 @ 300 | 0.900 @ 400 | 0.700 @ 500 |" in text
-    )
+        "- Ties (a recombine check, not a thesis claim): the best `valid_ood` accuracy is reached at more "
+        "than one evaluation in 3 of 4 runs; the tied checkpoints' `test_ood` spans up to 0.300 "
+        "(Up--col--seed1, tied at `valid_ood` 1.000). Breaking them by the lowest `valid_ood` loss / taking "
+        "the latest moves `test_ood` by more than 0.05 in 1 / 2 runs: when the selection split saturates, "
+        "the tie rule decides the reported number.\n"
+    ) in text
+
+
+def test_without_ties_the_ties_claim_says_so_and_draws_no_verdict(tmp_path: Path) -> None:
+    grid = _grid_of(tmp_path / "grid", {"NoTie": _curves([0.1, 0.2, 0.3], [0.3, 0.2, 0.1], [0.1, 0.2, 0.3])})
+    (tmp_path / "out").mkdir()
+    text = run_selection(tmp_path / "out", SelectionConfig(source=str(grid))).read_text()
     assert (
-        "more than one evaluation in 1 of 1 runs; the tied checkpoints' `test_ood` spans up to 0.300" in text
-    )
-    assert "moves `test_ood` by more than 0.05 in 1 / 1 runs: when the selection split saturates" in text
+        "reached at more than one evaluation in 0 of 1 runs. Breaking them by the lowest `valid_ood` loss / "
+        "taking the latest moves `test_ood` by more than 0.05 in 0 / 0 runs.\n"
+    ) in text
+
+
+def test_nan_values_never_win_a_tie() -> None:
+    nan = float("nan")
+    assert best_index_among_ties([0.5, 1.0, 1.0], [0.1, nan, 0.3]) == 2
+    assert best_index_among_ties([nan, 0.4, 0.4], None) == 2
+    assert best_index_among_ties([nan, nan], [0.1, 0.2]) == 0
 
 
 def test_a_torn_last_line_ends_the_log_and_entries_restrict_the_runs(tmp_path: Path) -> None:

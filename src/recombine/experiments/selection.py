@@ -3,10 +3,11 @@ Fig. 4.1-4.2).
 
 Trains a grid reproduction with frequent evaluation (by default ``scan-length`` at cutoff 26, the
 Trafo and Universal+rel rows, an evaluation every 250 steps), then replays model-selection rules on the
-stored evaluations (:mod:`recombine.runs.selection`): the OOD validation accuracy (recombine's rule),
-the IID validation accuracy and loss, early stopping on the IID split with patience 5 (Kim and Linzen
-2020, thesis Fig. 4.1), the last checkpoint and the test-set oracle. ``source=DIR`` analyses an
-existing grid directory (e.g. ``runs/ndr-ctl-long``) instead of training.
+stored evaluations (:mod:`recombine.runs.selection`): the OOD validation accuracy (recombine's rule,
+and two rules for its ties: lowest OOD loss, latest), the IID validation accuracy and loss, early
+stopping on the IID split with patience 5 (Kim and Linzen 2020, thesis Fig. 4.1), the last checkpoint
+and the test-set oracle. ``source=DIR`` analyses an existing grid directory (e.g. ``runs/ndr-ctl-long``)
+instead of training.
 
 Thesis 4.2.2: "since any reasonable models achieve nearly 100% accuracy on the IID validation set, there
 is no good reason to believe this to be a good practice for selecting models for generalization splits";
@@ -165,8 +166,8 @@ def _claims(selections: list, config: SelectionConfig) -> list[str]:
     by_ood = [s.picks[f"{ood} accuracy"][1] for s in selections]
     by_iid_stop = [s.picks[f"early stop ({iid} accuracy)"][1] for s in selections]
     by_iid_loss = [s.picks[f"{iid} loss"][1] for s in selections]
-    worse_stop = sum(b < a - 0.05 for a, b in zip(by_ood, by_iid_stop, strict=True))
-    worse_loss = sum(b < a - 0.05 for a, b in zip(by_ood, by_iid_loss, strict=True))
+    worse_stop = sum(_more_than(a - b, 0.05) for a, b in zip(by_ood, by_iid_stop, strict=True))
+    worse_loss = sum(_more_than(a - b, 0.05) for a, b in zip(by_ood, by_iid_loss, strict=True))
     high_iid = [s for s in selections if s.final_iid_accuracy >= 0.95]
     spread = [s.picks[f"{ood} accuracy"][1] for s in high_iid]
     n = len(selections)
@@ -188,35 +189,40 @@ def _claims(selections: list, config: SelectionConfig) -> list[str]:
     ]
 
 
+def _more_than(difference: float, margin: float) -> bool:
+    """``difference > margin`` for accuracies logged as float32: 0.938 - 0.888 is 0.050000012 there and
+    0.05 exactly in counts, so a difference within 1e-6 of the margin does not exceed it."""
+    return difference > margin + 1e-6
+
+
 def _ties_claim(selections: list, ood: str, test: str) -> str:
     """How often the best ``ood`` accuracy is reached more than once, and how far apart the tied
     checkpoints are on ``test``: when the selection split saturates, the tie rule decides the number."""
-    tied_runs, widest, widest_run = 0, 0.0, ""
+    tied_runs, widest, widest_at = 0, -1.0, ""
     for s in selections:
         top = max(e.accuracy[ood] for e in s.evaluations)
         tied = [e.accuracy[test] for e in s.evaluations if e.accuracy[ood] == top]
         if len(tied) > 1:
             tied_runs += 1
             if max(tied) - min(tied) > widest:
-                widest, widest_run = max(tied) - min(tied), s.run.removeprefix("runs/")
+                widest = max(tied) - min(tied)
+                widest_at = f"{s.run.removeprefix('runs/')}, tied at `{ood}` {top:.3f}"
     first = [s.picks[f"{ood} accuracy"][1] for s in selections]
     by_loss = [s.picks[f"{ood} accuracy, ties by loss"][1] for s in selections]
     by_last = [s.picks[f"{ood} accuracy, last of ties"][1] for s in selections]
-    moved_loss = sum(abs(a - b) > 0.05 for a, b in zip(first, by_loss, strict=True))
-    moved_last = sum(abs(a - b) > 0.05 for a, b in zip(first, by_last, strict=True))
-    widest_text = (
-        f"; the tied checkpoints' `{test}` spans up to {widest:.3f} ({widest_run})" if widest else ""
+    moved_loss = sum(_more_than(abs(a - b), 0.05) for a, b in zip(first, by_loss, strict=True))
+    moved_last = sum(_more_than(abs(a - b), 0.05) for a, b in zip(first, by_last, strict=True))
+    spread = f"; the tied checkpoints' `{test}` spans up to {widest:.3f} ({widest_at})" if tied_runs else ""
+    verdict = (
+        ": when the selection split saturates, the tie rule decides the reported number."
+        if moved_loss or moved_last
+        else "."
     )
     return (
         f"- Ties (a recombine check, not a thesis claim): the best `{ood}` accuracy is reached at more than "
-        f"one evaluation in {tied_runs} of {len(selections)} runs{widest_text}. Breaking them by the lowest "
+        f"one evaluation in {tied_runs} of {len(selections)} runs{spread}. Breaking them by the lowest "
         f"`{ood}` loss / taking the latest moves `{test}` by more than 0.05 in {moved_loss} / {moved_last} "
-        "runs"
-        + (
-            ": when the selection split saturates, the tie rule decides the reported number."
-            if moved_loss or moved_last
-            else "."
-        )
+        f"runs{verdict}"
     )
 
 
