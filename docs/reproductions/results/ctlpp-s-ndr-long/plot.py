@@ -1,4 +1,4 @@
-"""Draw ndr_vs_bilstm_16.png from the archived records: ``python plot.py ndr_vs_bilstm_16.png``."""
+"""Draw ndr_vs_bilstm_16.png (or the path given) from the archived records: ``python plot.py [OUT.png]``."""
 
 import json
 import sys
@@ -38,4 +38,4 @@ ax.set_ylim(0, 1.02)
 ax.set_title("CTL++ 'S', 16 shared functions, 6 / 5 shared symbols (seed 1)", fontsize=9)
 ax.legend(fontsize=8, loc="lower right")
 fig.tight_layout()
-fig.savefig(sys.argv[1], dpi=110)
+fig.savefig(sys.argv[1] if len(sys.argv) > 1 else HERE / "ndr_vs_bilstm_16.png", dpi=110)
