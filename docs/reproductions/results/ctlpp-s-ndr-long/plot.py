@@ -20,9 +20,9 @@ def test_ood_curve(metrics: Path) -> tuple[list[int], list[float]]:
 
 
 CURVES = [
-    ("NDR 16/6, extended to 60k", HERE / "metrics.jsonl", "C0-"),
+    ("NDR 16/6, extended to 60k", HERE / "fn16-sym6" / "metrics.jsonl", "C0-"),
     ("BiLSTM 16/6", GRID / "BiLSTM--fn16-sym6--seed1" / "metrics.jsonl", "C1-"),
-    ("NDR 16/5", GRID / "NDR--fn16-sym5--seed1" / "metrics.jsonl", "C0--"),
+    ("NDR 16/5, extended to 60k", HERE / "fn16-sym5" / "metrics.jsonl", "C0--"),
     ("BiLSTM 16/5", GRID / "BiLSTM--fn16-sym5--seed1" / "metrics.jsonl", "C1--"),
 ]
 
