@@ -247,9 +247,10 @@ def cmd_archive(args: argparse.Namespace) -> int:
     from recombine.runs.archive import archive_grid
     from recombine.runs.report import render_reproduction
 
-    n_runs = archive_grid(Path(args.path), Path(args.dest))
+    n_runs = archive_grid(Path(args.path), Path(args.dest), with_checkpoints=args.with_checkpoints)
     print(render_reproduction(Path(args.dest), html=True))
-    print(f"archived {n_runs} runs' records (no checkpoints, no TensorBoard events) in {args.dest}")
+    kept = "with last.pt and best.pt" if args.with_checkpoints else "no checkpoints"
+    print(f"archived {n_runs} runs' records ({kept}, no TensorBoard events) in {args.dest}")
     print(f"report: {Path(args.dest) / 'report.md'}, {Path(args.dest) / 'report.html'}")
     return 0
 
@@ -806,6 +807,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     archive.add_argument("path", help="a reproduction or sweep directory")
     archive.add_argument("dest", help="where the archive goes (e.g. docs/reproductions/results/NAME)")
+    archive.add_argument(
+        "--with-checkpoints",
+        action="store_true",
+        help="also copy each run's last.pt and best.pt, so that the runs can be resumed, extended and probed "
+        "from a copy of the archive (megabytes per run)",
+    )
     archive.set_defaults(handler=cmd_archive)
 
     sweep = commands.add_parser(

@@ -103,10 +103,48 @@ def test_archive_keeps_the_report_and_counts_as_finished_work(
         archive_grid(grid, grid / "archive")
     with pytest.raises(UserError, match="must not contain one another"):
         archive_grid(grid, tmp_path)
-    with pytest.raises(UserError, match="not an archive"):
+    with pytest.raises(UserError, match="holds checkpoints"):
         archive_grid(archived, grid)  # a live grid directory is never overwritten
     with pytest.raises(UserError, match="no manifest.json"):
         archive_grid(tmp_path, tmp_path / "elsewhere")
+
+
+def _evaluations(run: Path) -> list[dict[str, object]]:
+    """A run's evaluation records. (An extended run also keeps the training record its shorter run logged
+    at its last step, between two logging steps.)"""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [record for record in records if record["kind"] == "eval"]
+
+
+def test_an_archive_with_checkpoints_goes_on_elsewhere_as_the_grid_would(
+    tiny_reproduction: ndr_ctl.Reproduction, tmp_path: Path
+) -> None:
+    """Copied back, an archive made ``with_checkpoints`` extends its finished runs to more steps exactly as
+    the grid trained longer from the start; it is never overwritten by a later archive."""
+    grid, archived, restored = tmp_path / "grid", tmp_path / "archive", tmp_path / "restored"
+    cell = {"seeds": 1, "quick": False, "labels": ["LSTM"], "columns": ["forward"]}
+    run_grid(tiny_reproduction, grid, **cell)
+    assert archive_grid(grid, archived, with_checkpoints=True) == 1
+    run = Path("runs") / "LSTM--forward--seed1"
+    assert sorted(p.name for p in (archived / run).glob("*.pt")) == ["best.pt", "last.pt"]
+    assert not list(archived.rglob("events"))
+    for name in ("last.pt", "best.pt"):
+        assert (archived / run / name).read_bytes() == (grid / run / name).read_bytes()
+
+    shutil.copytree(archived, restored)
+    longer = replace(tiny_reproduction, train={**tiny_reproduction.train, "steps": 40})
+    run_grid(longer, restored, **cell)  # the archive without checkpoints refuses this (test above)
+    run_grid(longer, tmp_path / "direct", **cell)
+    assert [e["step"] for e in _evaluations(restored / run)] == [10, 20, 30, 40]
+    assert _evaluations(restored / run) == _evaluations(tmp_path / "direct" / run)
+    extended, direct = (
+        json.loads((d / run / "result.json").read_text()) for d in (restored, tmp_path / "direct")
+    )
+    assert extended["steps"] == 40 and extended["selected"] == direct["selected"]
+
+    with pytest.raises(UserError, match="holds checkpoints"):
+        archive_grid(grid, archived, with_checkpoints=True)  # remove it first: it may be a grid's only copy
+    assert (archived / run / "last.pt").is_file()
 
 
 def test_an_archive_keeps_a_failed_runs_log_and_an_html_report(

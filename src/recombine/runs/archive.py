@@ -15,6 +15,12 @@ so ``recombine report DEST`` renders the same table and curves, and the archive 
 in version control. Copied back into a grid directory it counts as finished work: ``recombine reproduce``
 skips its runs (their ``result.json`` says completed) and adds new cells beside them. Extending an
 archived run to more steps needs its ``last.pt``, which the archive does not keep.
+
+``with_checkpoints=True`` (``recombine archive --with-checkpoints``) also copies each run's ``last.pt`` and
+``best.pt``, the files a grid needs to go on elsewhere: copied back into a grid directory, an unfinished
+run resumes from its last checkpoint, a finished one can be extended to more steps, and the probes read
+the selected model. An archive with checkpoints looks like a grid directory, so archiving into it again is
+refused like archiving into a grid: remove it first.
 """
 
 from __future__ import annotations
@@ -36,8 +42,13 @@ def record_files(run: Path) -> list[Path]:
     return records + [run / TRAIN_LOG] if run_status(run) in ("failed", "interrupted") else records
 
 
-def archive_grid(source: Path, dest: Path) -> int:
-    """Copy ``source``'s manifest and its runs' records into ``dest``; returns the number of runs."""
+#: the checkpoints ``with_checkpoints`` copies (:meth:`RunDir.checkpoint_path` names)
+CHECKPOINTS = ("last", "best")
+
+
+def archive_grid(source: Path, dest: Path, with_checkpoints: bool = False) -> int:
+    """Copy ``source``'s manifest and its runs' records (and, ``with_checkpoints``, their :data:`CHECKPOINTS`)
+    into ``dest``; returns the number of runs."""
     manifest_path = source / "manifest.json"
     if not manifest_path.is_file():
         raise UserError(f"{source} is not a reproduction or sweep directory (no manifest.json)")
@@ -53,9 +64,12 @@ def archive_grid(source: Path, dest: Path) -> int:
     for entry in manifest["runs"]:
         run, target = source / entry["run"], dest / entry["run"]
         target.mkdir(parents=True, exist_ok=True)
-        for record in record_files(run):
-            if record.is_file():
-                shutil.copyfile(record, target / record.name)
+        files = record_files(run)
+        if with_checkpoints:
+            files += [RunDir(run).checkpoint_path(which) for which in CHECKPOINTS]
+        for file in files:
+            if file.is_file():
+                shutil.copyfile(file, target / file.name)
     return len(manifest["runs"])
 
 
@@ -65,4 +79,7 @@ def _check_replaceable(dest: Path, reproduction: str) -> None:
     if previous != reproduction:
         raise UserError(f"{dest} holds reproduction {previous!r}, not {reproduction!r}; archive elsewhere")
     if next(dest.rglob("*.pt"), None) is not None:
-        raise UserError(f"{dest} is a grid directory with checkpoints, not an archive; archive elsewhere")
+        raise UserError(
+            f"{dest} holds checkpoints (a grid directory, or an archive made with --with-checkpoints); "
+            "archive elsewhere, or remove it first"
+        )
