@@ -803,15 +803,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     archive = commands.add_parser(
         "archive",
-        help="copy a reproduction or sweep directory without checkpoints or events; report from the copy",
+        help="copy a reproduction or sweep directory without TensorBoard events (and without checkpoints, "
+        "unless --with-checkpoints); report from the copy",
     )
     archive.add_argument("path", help="a reproduction or sweep directory")
     archive.add_argument("dest", help="where the archive goes (e.g. docs/reproductions/results/NAME)")
     archive.add_argument(
         "--with-checkpoints",
         action="store_true",
-        help="also copy each run's last.pt and best.pt, so that the runs can be resumed, extended and probed "
-        "from a copy of the archive (megabytes per run)",
+        help="also copy each run's last.pt and best.pt (about four times the model's float32 size per run), "
+        "so that the runs can be resumed, extended and probed from a copy of the archive; refused while "
+        "the grid trains",
     )
     archive.set_defaults(handler=cmd_archive)
 

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from recombine.errors import UserError
 from recombine.experiments import REPRODUCTIONS, ndr_ctl
 from recombine.experiments.reproduction import Reproduction, Variant, run_grid
 from recombine.runs.archive import archive_grid
+from recombine.runs.directory_lock import exclusive_use
 from recombine.runs.report import collect, render
 
 TINY_TASK = {"n_train": 300, "n_valid_iid": 40, "n_valid_ood": 40, "n_test_ood": 40}
@@ -103,28 +106,27 @@ def test_archive_keeps_the_report_and_counts_as_finished_work(
         archive_grid(grid, grid / "archive")
     with pytest.raises(UserError, match="must not contain one another"):
         archive_grid(grid, tmp_path)
-    with pytest.raises(UserError, match="holds checkpoints"):
+    with pytest.raises(UserError, match="is a grid directory with checkpoints"):
         archive_grid(archived, grid)  # a live grid directory is never overwritten
     with pytest.raises(UserError, match="no manifest.json"):
         archive_grid(tmp_path, tmp_path / "elsewhere")
 
 
-def _evaluations(run: Path) -> list[dict[str, object]]:
-    """A run's evaluation records. (An extended run also keeps the training record its shorter run logged
-    at its last step, between two logging steps.)"""
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [record for record in records if record["kind"] == "eval"]
+def _records(run: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_an_archive_with_checkpoints_goes_on_elsewhere_as_the_grid_would(
     tiny_reproduction: ndr_ctl.Reproduction, tmp_path: Path
 ) -> None:
-    """Copied back, an archive made ``with_checkpoints`` extends its finished runs to more steps exactly as
-    the grid trained longer from the start; it is never overwritten by a later archive."""
-    grid, archived, restored = tmp_path / "grid", tmp_path / "archive", tmp_path / "restored"
+    """Copied back, an archive made ``--with-checkpoints`` extends its finished runs to more steps from where
+    they ended, evaluating exactly as the grid trained longer from the start; it is never overwritten."""
+    from recombine.cli import main
+
+    grid, archived, restored, direct = (tmp_path / name for name in ("grid", "archive", "restored", "direct"))
     cell = {"seeds": 1, "quick": False, "labels": ["LSTM"], "columns": ["forward"]}
     run_grid(tiny_reproduction, grid, **cell)
-    assert archive_grid(grid, archived, with_checkpoints=True) == 1
+    assert main(["archive", str(grid), str(archived), "--with-checkpoints"]) == 0
     run = Path("runs") / "LSTM--forward--seed1"
     assert sorted(p.name for p in (archived / run).glob("*.pt")) == ["best.pt", "last.pt"]
     assert not list(archived.rglob("events"))
@@ -133,18 +135,49 @@ def test_an_archive_with_checkpoints_goes_on_elsewhere_as_the_grid_would(
 
     shutil.copytree(archived, restored)
     longer = replace(tiny_reproduction, train={**tiny_reproduction.train, "steps": 40})
-    run_grid(longer, restored, **cell)  # the archive without checkpoints refuses this (test above)
-    run_grid(longer, tmp_path / "direct", **cell)
-    assert [e["step"] for e in _evaluations(restored / run)] == [10, 20, 30, 40]
-    assert _evaluations(restored / run) == _evaluations(tmp_path / "direct" / run)
-    extended, direct = (
-        json.loads((d / run / "result.json").read_text()) for d in (restored, tmp_path / "direct")
-    )
-    assert extended["steps"] == 40 and extended["selected"] == direct["selected"]
+    run_grid(longer, restored, **cell)  # a records-only archive refuses this (test above)
+    run_grid(longer, direct, **cell)
+    kept = _records(archived / run)
+    assert _records(restored / run)[: len(kept)] == kept  # went on from step 20 (its timings too), not afresh
+    evaluations = [[r for r in _records(d / run) if r["kind"] == "eval"] for d in (restored, direct)]
+    assert [e["step"] for e in evaluations[0]] == [10, 20, 30, 40]
+    assert evaluations[0] == evaluations[1]
+    extended, trained_longer = (json.loads((d / run / "result.json").read_text()) for d in (restored, direct))
+    assert extended["steps"] == 40 and extended["selected"] == trained_longer["selected"]
+    best = [torch.load(d / run / "best.pt", weights_only=False) for d in (restored, direct)]
+    assert best[0]["best_step"] == best[1]["best_step"]
+    assert all(torch.equal(best[0]["model"][k], v) for k, v in best[1]["model"].items())
 
-    with pytest.raises(UserError, match="holds checkpoints"):
-        archive_grid(grid, archived, with_checkpoints=True)  # remove it first: it may be a grid's only copy
+    with pytest.raises(UserError, match="is an archive with checkpoints"):
+        archive_grid(grid, archived, with_checkpoints=True)  # it may be a grid's only copy
     assert (archived / run / "last.pt").is_file()
+
+
+def test_an_archive_with_checkpoints_waits_for_no_run_and_copies_none_in_training(
+    tiny_reproduction: ndr_ctl.Reproduction, tmp_path: Path
+) -> None:
+    """Records and checkpoints copied while a run trains could come from different steps: refused."""
+    grid = tmp_path / "grid"
+    run_grid(tiny_reproduction, grid, seeds=1, quick=False, labels=["LSTM"], columns=["forward"])
+    holding, release = threading.Event(), threading.Event()
+
+    def train_it() -> None:  # another thread is refused like another process (directory_lock)
+        with exclusive_use(grid / "runs" / "LSTM--forward--seed1"):
+            holding.set()
+            release.wait(30)
+
+    trainer = threading.Thread(target=train_it)
+    trainer.start()
+    try:
+        assert holding.wait(30)
+        with pytest.raises(UserError, match="is in use"):
+            archive_grid(grid, tmp_path / "archive", with_checkpoints=True)
+        assert not (tmp_path / "archive").exists()  # refused before anything was written
+        assert archive_grid(grid, tmp_path / "records") == 1  # records alone are only read
+    finally:
+        release.set()
+        trainer.join()
+    assert archive_grid(grid, tmp_path / "archive", with_checkpoints=True) == 1
 
 
 def test_an_archive_keeps_a_failed_runs_log_and_an_html_report(
