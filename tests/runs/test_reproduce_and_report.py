@@ -18,6 +18,7 @@ from recombine.experiments.reproduction import Reproduction, Variant, run_grid
 from recombine.runs.archive import archive_grid
 from recombine.runs.directory_lock import exclusive_use
 from recombine.runs.report import collect, render
+from recombine.runs.store import RunDir
 
 TINY_TASK = {"n_train": 300, "n_valid_iid": 40, "n_valid_ood": 40, "n_test_ood": 40}
 TINY_MODEL = {"d_model": 16, "n_heads": 2, "d_ff": 32, "n_layers": 2}
@@ -144,7 +145,7 @@ def test_an_archive_with_checkpoints_goes_on_elsewhere_as_the_grid_would(
     assert evaluations[0] == evaluations[1]
     extended, trained_longer = (json.loads((d / run / "result.json").read_text()) for d in (restored, direct))
     assert extended["steps"] == 40 and extended["selected"] == trained_longer["selected"]
-    best = [torch.load(d / run / "best.pt", weights_only=False) for d in (restored, direct)]
+    best = [RunDir(d / run).load_checkpoint("best") for d in (restored, direct)]
     assert best[0]["best_step"] == best[1]["best_step"]
     assert all(torch.equal(best[0]["model"][k], v) for k, v in best[1]["model"].items())
 
@@ -153,7 +154,7 @@ def test_an_archive_with_checkpoints_goes_on_elsewhere_as_the_grid_would(
     assert (archived / run / "last.pt").is_file()
 
 
-def test_an_archive_with_checkpoints_waits_for_no_run_and_copies_none_in_training(
+def test_an_archive_with_checkpoints_refuses_a_grid_in_training(
     tiny_reproduction: ndr_ctl.Reproduction, tmp_path: Path
 ) -> None:
     """Records and checkpoints copied while a run trains could come from different steps: refused."""

@@ -76,9 +76,10 @@ def archive_grid(source: Path, dest: Path, with_checkpoints: bool = False) -> in
             for record in record_files(run):
                 if record.is_file():
                     shutil.copyfile(record, target / record.name)
-            for checkpoint in (RunDir(run).checkpoint_path(which) for which in CHECKPOINTS):
-                if with_checkpoints and checkpoint.is_file():
-                    _copy_atomically(checkpoint, target / checkpoint.name)
+            store = RunDir(run)
+            for which in CHECKPOINTS if with_checkpoints else ():
+                if store.has_checkpoint(which):
+                    _copy_atomically(store.checkpoint_path(which), target / store.checkpoint_path(which).name)
     return len(manifest["runs"])
 
 
