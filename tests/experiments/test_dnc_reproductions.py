@@ -111,10 +111,43 @@ def test_a_tiny_run_writes_the_report_results_and_figures(
             expected = naive_steps_to_threshold(np.array(run["train_loss"]), threshold, TINY["smooth"])
             assert run["steps_to_threshold"] == expected
         assert f"| {variant} |" in text
+        for run in runs:
+            assert run["exact_at_end"] == (run["eval_sequence_accuracy"][-1] == 1.0)
         assert (out / f"trace_{variant}.png").stat().st_size > 0
     figures = [line[line.index("(") + 1 : -1] for line in text.splitlines() if line.startswith("![")]
     assert figures and all((out / name).is_file() for name in figures)
     assert (out / "links.png").is_file() == (reproduction is REPEAT_COPY)
+
+
+def test_the_report_counts_seeds_exact_at_the_end_separately_from_the_threshold() -> None:
+    """Two seeds below the loss threshold, one of them wrong in one bit of one evaluation sequence: the
+    threshold counts both, "exact at the end" (the thesis's zero error) only the other; an earlier exact
+    evaluation does not count."""
+    from recombine.experiments.dnc_memory import (
+        MemoryTrainResult,
+        VariantComparison,
+        build_sequence_dnc,
+        render_dnc_report,
+        small_dnc,
+    )
+
+    config = REPEAT_COPY.resolve_config(2, False, {**TINY, "variants": ["dnc_ds"]})
+    model = build_sequence_dnc(config.task(), small_dnc("dnc_ds"))
+
+    def run(final_accuracy: float) -> MemoryTrainResult:
+        accuracy = np.array([0.0, 1.0, final_accuracy])  # exact at the middle evaluation in both seeds
+        zeros = np.zeros(3)
+        return MemoryTrainResult(model, np.ones(4), np.array([0, 2, 4]), zeros, zeros, accuracy, 1.0)
+
+    comparison = VariantComparison({"dnc_ds": [run(1.0), run(63 / 64)]}, None, {}, None)
+    text = render_dnc_report(config, "repeated copy", comparison, 10.0, {"dnc_ds": [2, 3]}, [])
+    row = next(line for line in text.splitlines() if line.startswith("| dnc_ds |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    header = next(line for line in text.splitlines() if line.startswith("| variant |"))
+    columns = [cell.strip() for cell in header.strip("|").split("|")]
+    assert len(cells) == len(columns)
+    assert cells[columns.index("seeds reaching it")] == "2/2"
+    assert cells[columns.index("seeds exact at the end")] == "1/2"
 
 
 def test_runs_of_different_variants_into_one_directory_add_up(
