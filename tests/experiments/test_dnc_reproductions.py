@@ -134,12 +134,14 @@ def test_the_report_counts_seeds_exact_at_the_end_separately_from_the_threshold(
     config = REPEAT_COPY.resolve_config(2, False, {**TINY, "variants": ["dnc_ds"]})
     model = build_sequence_dnc(config.task(), small_dnc("dnc_ds"))
 
-    def run(final_accuracy: float) -> MemoryTrainResult:
+    def run(final_accuracy: float, final_bit_error: float) -> MemoryTrainResult:
         accuracy = np.array([0.0, 1.0, final_accuracy])  # exact at the middle evaluation in both seeds
-        zeros = np.zeros(3)
-        return MemoryTrainResult(model, np.ones(4), np.array([0, 2, 4]), zeros, zeros, accuracy, 1.0)
+        bit_error = np.array([0.5, 0.0, final_bit_error])
+        loss = np.array([100.0, 0.01, 0.1])
+        return MemoryTrainResult(model, np.ones(4), np.array([0, 2, 4]), loss, bit_error, accuracy, 1.0)
 
-    comparison = VariantComparison({"dnc_ds": [run(1.0), run(63 / 64)]}, None, {}, None)
+    one_bit = 1 / (64 * 8 * 4)  # one wrong bit among 64 sequences of 4 answer words of 8 bits
+    comparison = VariantComparison({"dnc_ds": [run(1.0, 0.0), run(63 / 64, one_bit)]}, None, {}, None)
     text = render_dnc_report(config, "repeated copy", comparison, 10.0, {"dnc_ds": [2, 3]}, [])
     row = next(line for line in text.splitlines() if line.startswith("| dnc_ds |"))
     cells = [cell.strip() for cell in row.strip("|").split("|")]
