@@ -86,6 +86,18 @@ def test_column_train_overrides_reach_only_their_column_and_yield_to_the_row() -
     assert reproduction_from_recipe(reproduction.to_recipe()) == reproduction
 
 
+def test_quick_steps_beat_a_rows_own_steps() -> None:
+    # a baseline that trains longer than the grid (the thesis-size recipes: 200k against 100k) must
+    # still run its few quick steps under --quick, while its other overrides stay
+    recipe = tiny_recipe([{"label": "long", "train": {"steps": 200_000, "lr": 0.25}}])
+    recipe["quick_train"] = {"steps": 3, "eval_every": 1}
+    reproduction = reproduction_from_recipe(recipe)
+    (long,) = reproduction.variants
+    assert reproduction.run_config(long, "fwd", 1, quick=False)["train"]["steps"] == 200_000
+    quick = reproduction.run_config(long, "fwd", 1, quick=True)["train"]
+    assert (quick["steps"], quick["eval_every"], quick["lr"]) == (3, 1, 0.25)
+
+
 def test_a_train_recipe_is_not_a_sweep_recipe() -> None:
     with pytest.raises(UserError, match="is a train recipe"):
         load_sweep_recipe(RECIPES / "ctl-ndr.yaml")

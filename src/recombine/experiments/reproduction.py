@@ -144,11 +144,12 @@ class Reproduction:
         return f"{variant.label}--{column}--seed{seed}"
 
     def run_config(self, variant: Variant, column: str, seed: int, quick: bool) -> dict[str, Any]:
+        # --quick comes last, so that a row's own steps (a longer-training baseline) never make it slow
         train = {
             **self.train,
             **self.column_train.get(column, {}),
-            **(self.quick_train if quick else {}),
             **variant.train_overrides,
+            **(self.quick_train if quick else {}),
         }
         return {
             "seed": seed,
