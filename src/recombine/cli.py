@@ -64,6 +64,18 @@ def _add_device_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_grid_progress_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress over the grid's training steps (a bar on a terminal, a line per tenth in a log)",
+    )
+
+
+def _grid_progress(args: argparse.Namespace) -> bool:
+    return not args.no_progress
+
+
 def _add_compile_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compile",
@@ -221,6 +233,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             columns=_comma_list(args.columns),
             device=device,
             compile_mode=compile_mode,
+            progress=_grid_progress(args),
         )
         print(render_reproduction(out))
     print(f"report: {out / 'report.md'}, data: {out / 'results.json'}")
@@ -296,6 +309,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             columns=_comma_list(args.columns),
             device=device,
             compile_mode=compile_mode,
+            progress=_grid_progress(args),
         )
         print(render_reproduction(out, html=True))
     print(f"report: {out / 'report.md'}, {out / 'report.html'}, data: {out / 'results.json'}")
@@ -607,6 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--columns", help="comma-separated column names to run (default: all columns)")
     _add_device_argument(reproduce)
     _add_compile_argument(reproduce)
+    _add_grid_progress_argument(reproduce)
     reproduce.set_defaults(handler=cmd_reproduce)
 
     inspect = commands.add_parser(
@@ -836,6 +851,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--columns", help="comma-separated column names to run (default: all columns)")
     _add_device_argument(sweep)
     _add_compile_argument(sweep)
+    _add_grid_progress_argument(sweep)
     sweep.set_defaults(handler=cmd_sweep)
 
     runs = commands.add_parser("runs", help="list and filter the runs under a directory")

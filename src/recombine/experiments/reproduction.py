@@ -20,6 +20,7 @@ from typing import Any
 
 from recombine.errors import UserError, choices_hint
 from recombine.experiments.executors import Executor, LocalExecutor
+from recombine.experiments.grid_progress import GridProgress
 from recombine.experiments.trial import TrialOutcome, TrialSpec, is_done, run_trial, steps_done
 from recombine.runs.directory_lock import exclusive_use
 from recombine.runs.store import RunDir
@@ -253,12 +254,14 @@ def run_trials(
     columns: list[str] | None = None,
     device: str = "cpu",
     compile_mode: str = "off",
+    progress: bool = False,
 ) -> GridRun:
     """Write the manifest, then run every trial not yet complete on ``executor`` (default: one
     local worker), for the rows ``labels`` and the columns ``columns`` (default: all), each trial on
     ``device`` (``cpu``, ``cuda``, ``cuda:N``; several trials may share one GPU) with its training steps
     compiled by ``compile_mode`` (:mod:`recombine.train.compilation`). Failed trials are recorded in their
-    run directories, never raised."""
+    run directories, never raised. ``progress`` draws a bar over the trials' steps on stderr
+    (:mod:`recombine.experiments.grid_progress`)."""
     executor = executor or LocalExecutor(1)
     out = out.resolve()
     with exclusive_use(out):  # one process fills a grid directory at a time
@@ -292,16 +295,20 @@ def run_trials(
                 )
         on_event(f"{len(entries) - len(todo)} of {len(entries)} runs already complete; training {len(todo)}")
         outcomes = []
-        for outcome in executor.run(todo, run_trial):
-            outcomes.append(outcome)
-            log = out / outcome.run / "train.log"
-            if outcome.ok:
-                status = "done"
-            elif outcome.interrupted:
-                status = f"interrupted ({outcome.reason})"
-            else:
-                status = f"FAILED ({outcome.reason}, see {log})"
-            on_event(f"[{len(outcomes)}/{len(todo)}] {outcome.run}: {status} in {outcome.wall_time_s:.0f} s")
+        with GridProgress(todo, disable=not progress) as bar:
+            for outcome in executor.run(todo, run_trial):
+                outcomes.append(outcome)
+                log = out / outcome.run / "train.log"
+                if outcome.ok:
+                    status = "done"
+                elif outcome.interrupted:
+                    status = f"interrupted ({outcome.reason})"
+                else:
+                    status = f"FAILED ({outcome.reason}, see {log})"
+                message = (
+                    f"[{len(outcomes)}/{len(todo)}] {outcome.run}: {status} in {outcome.wall_time_s:.0f} s"
+                )
+                bar.write(on_event, message)
         return GridRun(entries, outcomes, len(entries) - len(todo))
 
 
@@ -316,10 +323,11 @@ def run_grid(
     columns: list[str] | None = None,
     device: str = "cpu",
     compile_mode: str = "off",
+    progress: bool = False,
 ) -> list[dict[str, Any]]:
     """``recombine reproduce``: :func:`run_trials` on ``jobs`` local workers; the manifest entries."""
     executor = LocalExecutor(max(1, jobs))
     grid = run_trials(
-        reproduction, out, seeds, quick, executor, labels, on_event, columns, device, compile_mode
+        reproduction, out, seeds, quick, executor, labels, on_event, columns, device, compile_mode, progress
     )
     return grid.entries

@@ -1,0 +1,104 @@
+"""Progress over a grid's training: the steps its trials have logged, summed, against the steps they
+train to, with the time left.
+
+Trials run in their own processes (``recombine train``), so this reads what they write: the last
+record of each run's ``metrics.jsonl`` (:mod:`recombine.runs.store`), polled from a daemon thread. A
+resumed trial counts from the step it resumes at; a run that rewinds to its checkpoint on resume moves
+the count back by the steps it lost. The display is :func:`recombine.experiments.progress.training_bar`'s:
+a tqdm bar on a terminal, otherwise (a log file of a background grid) a line per tenth of the steps, e.g.
+``6 runs: 21000/210000 steps (10 %), 1201 s, ~10809 s left``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from tqdm import tqdm
+
+from recombine.experiments.progress import MilestoneLines, training_bar
+from recombine.experiments.trial import TrialSpec
+
+TAIL_BYTES = 8192  # a metrics record is a few hundred bytes; an evaluation with per-depth tables a few KB
+
+
+def latest_step(run_path: Path) -> int:
+    """The step of the last complete record in ``run_path/metrics.jsonl``; 0 when there is none."""
+    path = run_path / "metrics.jsonl"
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - TAIL_BYTES))
+            tail = f.read()
+    except FileNotFoundError:
+        return 0
+    for line in reversed(tail.splitlines()):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):  # a line torn by a kill, or cut by the tail window
+            continue
+    return 0
+
+
+class GridProgress:
+    """``with GridProgress(specs): ...`` shows the progress of ``specs`` while the block runs.
+
+    ``disable`` turns it off (nothing is shown, no thread starts); ``interval`` is the polling period in
+    seconds. :meth:`poll` updates the count once; the thread calls it every ``interval``.
+    """
+
+    def __init__(self, specs: Sequence[TrialSpec], interval: float = 2.0, disable: bool = False) -> None:
+        self.specs = list(specs)
+        self.interval = interval
+        self.disable = disable or not self.specs
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.bar: tqdm | MilestoneLines | None = None
+        if not self.disable:
+            total = sum(spec.steps for spec in self.specs)
+            self.bar = training_bar(total, f"{len(self.specs)} runs", initial=self.steps_done())
+
+    def steps_done(self) -> int:
+        return sum(min(latest_step(spec.run_path), spec.steps) for spec in self.specs)
+
+    def poll(self) -> None:
+        if self.bar is None:
+            return
+        delta = self.steps_done() - self.bar.n
+        if delta:
+            self.bar.update(delta)
+
+    def write(self, on_event: Callable[[str], None], message: str) -> None:
+        """Pass ``message`` to ``on_event``, a terminal bar cleared first: the two must not interleave."""
+        if isinstance(self.bar, tqdm):
+            with tqdm.external_write_mode(file=self.bar.fp):
+                on_event(message)
+        else:
+            on_event(message)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.poll()
+
+    def __enter__(self) -> GridProgress:
+        if not self.disable:
+            self._thread = threading.Thread(target=self._watch, name="grid-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.poll()
+        if self.bar is not None:
+            self.bar.close()
