@@ -24,6 +24,8 @@ def test_tasks_and_models_list_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert any(line.split()[0] == "ctl" and "table lookup" in line for line in lines)
 
 
+RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+
 BAD_INPUTS = [
     (["train", "task=ctll", "model=ndr"], "unknown task 'ctll'; valid choices: ctl"),
     (["train", "task=ctl", "model=ndrr"], "unknown model 'ndrr'; valid choices: ndr"),
@@ -52,6 +54,8 @@ BAD_INPUTS = [
     ),
     (["reproduce", "ndr-ctl", "--models", "NRD"], "unknown model label 'NRD' for ndr-ctl; valid choices"),
     (["reproduce", "hnet-goals", "--columns", "A"], "--models and --columns pick cells of grid"),
+    (["reproduce", "hnet-goals", "--no-progress"], "--no-progress is for grid reproductions"),
+    (["sweep", str(RECIPES / "smfr-algo.yaml"), "--no-progress"], "--no-progress apply to grid recipes"),
     (
         ["reproduce", "selection", "source=/no/such/grid"],
         "selection.source '/no/such/grid' is not a directory",

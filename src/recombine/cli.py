@@ -211,6 +211,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
                 f"--models and --columns pick cells of grid reproductions; "
                 f"{args.name} takes overrides instead"
             )
+        if args.no_progress:
+            raise UserError(f"--no-progress is for grid reproductions; {args.name} shows its own progress")
         overrides = _scripted_overrides(args, args.name, reproduction.config_class)
         report = run_scripted(reproduction, out, args.seeds, args.quick, overrides, on_event=_print_event)
         print(report.read_text())
@@ -326,10 +328,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def _sweep_scripted(recipe: Any, args: argparse.Namespace) -> int:
     """A recipe naming a scripted reproduction: its experiment runs in this process."""
-    if args.executor != "local" or args.models or args.columns:
+    if args.executor != "local" or args.models or args.columns or args.no_progress:
         raise UserError(
             f"{recipe.name} runs the scripted experiment {recipe.reproduction.name} in this process; "
-            "--executor ray, --models and --columns apply to grid recipes"
+            "--executor ray, --models, --columns and --no-progress apply to grid recipes"
         )
     config = dict(recipe.config)
     _forward_session_options(args, recipe.name, recipe.reproduction.config_class, config)

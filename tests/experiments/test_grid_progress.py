@@ -1,6 +1,6 @@
-"""Grid progress reads each trial's last complete metrics record (torn lines, records longer than the tail
-window, missing files, resumed and rewound runs); it prints lines in a log and a bar on a terminal, cleared
-for each trial's line; a tiny grid trains with it on as without."""
+"""Grid progress reads each trial's last complete metrics record (torn lines, records longer than the first
+window read, missing and unreadable files, resumed and rewound runs); it prints lines in a log and a bar on a
+terminal, cleared for each trial's line; a tiny grid trains with it on as without."""
 
 from __future__ import annotations
 
@@ -50,6 +50,28 @@ def test_latest_step_skips_a_record_cut_by_the_tail_window(tmp_path: Path) -> No
     assert latest_step(run) == 3000
     write_records(run, [1000, 2000], torn='{"step": 3000', padding=TAIL_BYTES // 2 + 100)
     assert latest_step(run) == 2000
+
+
+def test_latest_step_widens_the_window_for_records_longer_than_it(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    write_records(run, [1000, 2000, 3000], padding=TAIL_BYTES + 100)
+    assert latest_step(run) == 3000
+    write_records(run, [1000, 2000], torn='{"step": 3000', padding=5 * TAIL_BYTES)
+    assert latest_step(run) == 2000
+    write_records(run, [], torn='{"step": 3000' + "x" * 3 * TAIL_BYTES)  # only a torn record
+    assert latest_step(run) == 0
+
+
+def test_an_unreadable_file_keeps_the_last_count(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "a"
+    write_records(run, [30])
+    progress = GridProgress([spec(tmp_path, "a", 100)])
+    assert progress.bar is not None and progress.bar.n == 30
+    (run / "metrics.jsonl").unlink()
+    (run / "metrics.jsonl").mkdir()  # reading it raises IsADirectoryError, an OSError
+    assert latest_step(run) is None
+    progress.poll()
+    assert progress.bar.n == 30
 
 
 def test_the_count_sums_the_trials_steps_capped_at_their_targets(tmp_path: Path) -> None:

@@ -108,6 +108,20 @@ def test_a_resumed_loop_starts_at_its_step_and_prints_only_the_tenths_still_ahea
     assert counts == [60, 70, 80, 90, 100]
 
 
+def test_a_resumed_loop_waits_for_a_twentieth_of_the_rest_before_its_first_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A grid resumed at 20,900 of 210,000 steps: 100 steps later it passes the 10 % mark, but a time left
+    estimated from 100 steps (and the trials' start-up) would be a guess; the first line waits until a
+    twentieth of the 189,100 steps left is done, then one line per tenth as before."""
+    with MilestoneLines(210_000, "demo seed 0", min_seconds=0.0, initial=20_900) as bar:
+        for _ in range(1891):
+            bar.update(100)
+    counts = [int(m[1]) for m in map(MILESTONE_LINE.match, capsys.readouterr().err.splitlines()) if m]
+    assert counts[0] >= 20_900 + 189_100 / 20 and counts[0] < 42_000  # still inside the second tenth
+    assert [count * 10 // 210_000 for count in counts] == list(range(1, 11)) and counts[-1] == 210_000
+
+
 def test_a_postfix_is_appended_to_the_lines_after_it(capsys: pytest.CaptureFixture[str]) -> None:
     """``set_postfix_str`` (tqdm's name, so one loop serves both) ends the later lines with the loop's latest
     number; the lines before it stay as they were."""

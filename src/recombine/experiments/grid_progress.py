@@ -23,25 +23,32 @@ from tqdm import tqdm
 from recombine.experiments.progress import MilestoneLines, training_bar
 from recombine.experiments.trial import TrialSpec
 
-TAIL_BYTES = 8192  # a metrics record is a few hundred bytes; an evaluation with per-depth tables a few KB
+TAIL_BYTES = 8192  # the first window read; records are under 1 KB (a CTL++ evaluation with per-depth tables)
 
 
-def latest_step(run_path: Path) -> int:
-    """The step of the last complete record in ``run_path/metrics.jsonl``; 0 when there is none."""
+def latest_step(run_path: Path) -> int | None:
+    """The step of the last complete record in ``run_path/metrics.jsonl``: 0 when there is none (or no
+    file yet), ``None`` when the file cannot be read now (e.g. a shared disk's hiccup)."""
     path = run_path / "metrics.jsonl"
     try:
         with path.open("rb") as f:
             size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - TAIL_BYTES))
-            tail = f.read()
+            window = TAIL_BYTES
+            while True:  # widen the window until it holds a complete record, or the whole file
+                start = max(0, size - window)
+                f.seek(start)
+                for line in reversed(f.read().splitlines()[(1 if start else 0) :]):
+                    try:
+                        return int(json.loads(line)["step"])
+                    except (ValueError, KeyError, TypeError):  # a line torn by a kill
+                        continue
+                if start == 0:
+                    return 0
+                window *= 4
     except FileNotFoundError:
         return 0
-    for line in reversed(tail.splitlines()):
-        try:
-            return int(json.loads(line)["step"])
-        except (ValueError, KeyError, TypeError):  # a line torn by a kill, or cut by the tail window
-            continue
-    return 0
+    except OSError:
+        return None
 
 
 class GridProgress:
@@ -57,28 +64,39 @@ class GridProgress:
         self.disable = disable or not self.specs
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # one writer at a time: the count's lines and the trials' lines
+        self._known: dict[str, int] = {}  # each run's last readable step
         self.bar: tqdm | MilestoneLines | None = None
         if not self.disable:
             total = sum(spec.steps for spec in self.specs)
-            self.bar = training_bar(total, f"{len(self.specs)} runs", initial=self.steps_done())
+            self.bar = training_bar(total, f"{len(self.specs)} runs", initial=self.logged_steps())
 
-    def steps_done(self) -> int:
-        return sum(min(latest_step(spec.run_path), spec.steps) for spec in self.specs)
+    def logged_steps(self) -> int:
+        """The steps the trials have logged, each capped at the steps it trains to."""
+        total = 0
+        for spec in self.specs:
+            step = latest_step(spec.run_path)
+            if step is not None:
+                self._known[spec.run] = step
+            total += min(self._known.get(spec.run, 0), spec.steps)
+        return total
 
     def poll(self) -> None:
         if self.bar is None:
             return
-        delta = self.steps_done() - self.bar.n
-        if delta:
-            self.bar.update(delta)
+        with self._lock:
+            delta = self.logged_steps() - self.bar.n
+            if delta:
+                self.bar.update(delta)
 
     def write(self, on_event: Callable[[str], None], message: str) -> None:
         """Pass ``message`` to ``on_event``, a terminal bar cleared first: the two must not interleave."""
-        if isinstance(self.bar, tqdm):
-            with tqdm.external_write_mode(file=self.bar.fp):
+        with self._lock:
+            if isinstance(self.bar, tqdm):
+                with tqdm.external_write_mode(file=self.bar.fp):
+                    on_event(message)
+            else:
                 on_event(message)
-        else:
-            on_event(message)
 
     def _watch(self) -> None:
         while not self._stop.wait(self.interval):
@@ -99,6 +117,7 @@ class GridProgress:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.poll()
+        if exc_type is None:  # the final count; on an interruption, leave the count where it was
+            self.poll()
         if self.bar is not None:
             self.bar.close()

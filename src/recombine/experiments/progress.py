@@ -1,4 +1,5 @@
-"""Progress output of the experiments with their own training loops (the scripted reproductions).
+"""Progress output of the experiments with their own training loops (the scripted reproductions), also
+used for a grid's progress over its trials (:mod:`recombine.experiments.grid_progress`).
 
 Two kinds, both on stderr so that stdout and the reports stay clean:
 
@@ -46,8 +47,11 @@ class MilestoneLines:
     def update(self, n: int = 1) -> None:
         self.n += n
         reached = min(MILESTONES, self.n * MILESTONES // self.total) if self.total > 0 else 0
+        # a resumed loop waits for a twentieth of what is left before its first line, so that its time left is
+        # not a guess from a handful of steps (and the start-up time) just before the next tenth
+        settled = (self.n - self._initial) * 2 * MILESTONES >= self.total - self._initial
         now = time.perf_counter()
-        if reached > self._passed and now - self._last_line >= self.min_seconds:
+        if reached > self._passed and settled and now - self._last_line >= self.min_seconds:
             self._passed, self._last_line = reached, now
             elapsed = now - self._start
             left = elapsed * max(self.total - self.n, 0) / max(self.n - self._initial, 1)

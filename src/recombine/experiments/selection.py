@@ -94,7 +94,7 @@ def run_selection(out_dir: Path, config: SelectionConfig) -> Path:
         grid = run_trials(
             reproduction, grid_dir, seeds=len(config.seeds), quick=False,
             executor=LocalExecutor(config.jobs), labels=config.models or None, on_event=_print,
-            device=config.device,
+            device=config.device, progress=True,
         )  # fmt: skip
         if grid.failed:
             failed = ", ".join(f"{o.run} ({o.reason})" for o in grid.failed)
