@@ -260,8 +260,8 @@ def run_trials(
     local worker), for the rows ``labels`` and the columns ``columns`` (default: all), each trial on
     ``device`` (``cpu``, ``cuda``, ``cuda:N``; several trials may share one GPU) with its training steps
     compiled by ``compile_mode`` (:mod:`recombine.train.compilation`). Failed trials are recorded in their
-    run directories, never raised. ``progress`` draws a bar over the trials' steps on stderr
-    (:mod:`recombine.experiments.grid_progress`)."""
+    run directories, never raised. ``progress`` shows the trials' steps on stderr, a bar on a terminal and
+    a line per tenth elsewhere (:mod:`recombine.experiments.grid_progress`)."""
     executor = executor or LocalExecutor(1)
     out = out.resolve()
     with exclusive_use(out):  # one process fills a grid directory at a time
