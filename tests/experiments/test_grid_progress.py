@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from recombine.experiments.grid_progress import TAIL_BYTES, GridProgress, latest_step
+from recombine.experiments.grid_progress import GridProgress, latest_step
 from recombine.experiments.progress import MilestoneLines
 from recombine.experiments.recipe import reproduction_from_recipe
 from recombine.experiments.reproduction import run_trials
 from recombine.experiments.trial import TrialSpec
+from recombine.runs.store import TAIL_BYTES
 from tiny_grid import tiny_recipe
 
 

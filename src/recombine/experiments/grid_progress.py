@@ -11,8 +11,6 @@ a tqdm bar on a terminal, otherwise (a log file of a background grid) a line per
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,31 +20,14 @@ from tqdm import tqdm
 
 from recombine.experiments.progress import MilestoneLines, training_bar
 from recombine.experiments.trial import TrialSpec
-
-TAIL_BYTES = 8192  # the first window read; records are under 1 KB (a CTL++ evaluation with per-depth tables)
+from recombine.runs.store import RunDir
 
 
 def latest_step(run_path: Path) -> int | None:
-    """The step of the last complete record in ``run_path/metrics.jsonl``: 0 when there is none (or no
-    file yet), ``None`` when the file cannot be read now (e.g. a shared disk's hiccup)."""
-    path = run_path / "metrics.jsonl"
+    """:meth:`RunDir.last_logged_step` of ``run_path``, or ``None`` when the file cannot be read now (e.g.
+    a shared disk's hiccup): the count then keeps the run's last known step."""
     try:
-        with path.open("rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            window = TAIL_BYTES
-            while True:  # widen the window until it holds a complete record, or the whole file
-                start = max(0, size - window)
-                f.seek(start)
-                for line in reversed(f.read().splitlines()[(1 if start else 0) :]):
-                    try:
-                        return int(json.loads(line)["step"])
-                    except (ValueError, KeyError, TypeError):  # a line torn by a kill
-                        continue
-                if start == 0:
-                    return 0
-                window *= 4
-    except FileNotFoundError:
-        return 0
+        return RunDir(run_path).last_logged_step()
     except OSError:
         return None
 

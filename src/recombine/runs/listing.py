@@ -65,8 +65,7 @@ def summarise(path: Path) -> RunSummary:
     stored = run.read_config() if run.config_path.is_file() else None
     config = stored if stored is not None else (failure or {}).get("config") or {}
     result = run.read_result()
-    metrics = run.read_metrics()
-    step = metrics[-1]["step"] if metrics else 0
+    step = run.last_logged_step()
     selected: dict[str, float] = {}
     reason = (failure or {}).get("reason", "")
     if result is not None and result.get("status") == "completed":

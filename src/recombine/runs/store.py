@@ -38,6 +38,9 @@ def atomic_write_bytes(path: Path, write: Any) -> None:
     os.replace(f.name, path)
 
 
+TAIL_BYTES = 8192  # the first window read for the last record; records are under 1 KB (CTL++ per-depth evals)
+
+
 class RunDir:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -88,6 +91,28 @@ class RunDir:
             except json.JSONDecodeError:
                 break  # a line torn by a kill: everything after it is discarded on resume
         return records
+
+    def last_logged_step(self) -> int:
+        """The step of the last complete record in ``metrics.jsonl`` (0 when there is none, or no file),
+        read from the file's end: cheap enough to poll a running run (OSErrors other than a missing file
+        are the caller's)."""
+        try:
+            with self.metrics_path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                window = TAIL_BYTES
+                while True:  # widen the window until it holds a complete record, or the whole file
+                    start = max(0, size - window)
+                    f.seek(start)
+                    for line in reversed(f.read().splitlines()[(1 if start else 0) :]):
+                        try:
+                            return int(json.loads(line)["step"])
+                        except (ValueError, KeyError, TypeError):  # a line torn by a kill
+                            continue
+                    if start == 0:
+                        return 0
+                    window *= 4
+        except FileNotFoundError:
+            return 0
 
     def truncate_metrics(self, max_step: int) -> None:
         """Keep only records up to ``max_step`` (what the checkpoint being resumed has seen)."""
