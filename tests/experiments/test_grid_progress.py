@@ -5,15 +5,12 @@ terminal, cleared for each trial's line; a tiny grid trains with it on as withou
 from __future__ import annotations
 
 import json
-import os
-import struct
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from pseudo_terminal import stderr_on_pseudo_terminal
 from recombine.experiments.grid_progress import GridProgress, latest_step
 from recombine.experiments.progress import MilestoneLines
 from recombine.experiments.recipe import reproduction_from_recipe
@@ -125,9 +122,6 @@ def test_disabled_it_shows_nothing_and_passes_messages(
 def test_on_a_terminal_the_bar_is_cleared_for_each_message(tmp_path: Path) -> None:
     """A real pseudo-terminal (80 columns) as the child's stderr: the bar, the message on a line of its
     own, then the bar again at the final count."""
-    termios = pytest.importorskip("termios")
-    import fcntl
-
     write_records(tmp_path / "runs" / "a", [40])
     code = (
         "import sys\n"
@@ -137,22 +131,7 @@ def test_on_a_terminal_the_bar_is_cleared_for_each_message(tmp_path: Path) -> No
         "with GridProgress([spec, TrialSpec(spec.out, 'runs/b', spec.config)]) as progress:\n"
         "    progress.write(lambda m: print(m, file=sys.stderr), '[1/2] runs/a: done in 1 s')\n"
     )
-    parent, child = os.openpty()
-    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    process = subprocess.Popen([sys.executable, "-c", code], stderr=child, stdout=subprocess.DEVNULL)
-    os.close(child)
-    chunks = []
-    while True:
-        try:
-            data = os.read(parent, 4096)
-        except OSError:  # Linux: EIO once the child has closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(parent)
-    assert process.wait(timeout=60) == 0
-    screen = b"".join(chunks).decode()
+    screen = stderr_on_pseudo_terminal(code)
     before, message, after = screen.partition("[1/2] runs/a: done in 1 s")
     assert message and "2 runs" in before and "40/80" in before
     assert before.rstrip(" ").endswith("\r")  # the bar was cleared before the message

@@ -3,15 +3,13 @@ step bar on a terminal or a line per tenth of the steps elsewhere."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pseudo_terminal import stderr_on_pseudo_terminal
 from recombine.experiments import REPRODUCTIONS
 from recombine.experiments.progress import (
     MIN_SECONDS_BETWEEN_LINES,
@@ -148,30 +146,11 @@ def test_off_a_terminal_short_loops_stay_quiet(capsys: pytest.CaptureFixture[str
 
 def test_the_bar_shows_on_a_terminal() -> None:
     """A real pseudo-terminal (80 columns) as the child's stderr: the bar is drawn, then cleared."""
-    termios = pytest.importorskip("termios")
-    import fcntl
-    import struct
-
     code = (
         "from recombine.experiments.progress import training_bar\n"
         "with training_bar(3, 'demo seed 0') as bar:\n"
         "    for _ in range(3):\n"
         "        bar.update()\n"
     )
-    parent, child = os.openpty()
-    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    process = subprocess.Popen([sys.executable, "-c", code], stderr=child, stdout=subprocess.DEVNULL)
-    os.close(child)
-    chunks = []
-    while True:
-        try:
-            data = os.read(parent, 4096)
-        except OSError:  # Linux: EIO once the child has closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(parent)
-    assert process.wait(timeout=60) == 0
-    shown = b"".join(chunks).decode()
+    shown = stderr_on_pseudo_terminal(code)
     assert "\rdemo seed 0:" in shown and "0/3" in shown
